@@ -146,6 +146,12 @@ def is_demo_model(path_or_name: str | Path) -> bool:
     return marker is not None and marker.get("name") in DEMO_MODELS
 
 
+def is_built(name: str = "lf-tiny-qwen3", out_dir: str | Path | None = None) -> bool:
+    """True when `out_dir` (default ./models/<name>) holds a finished build of the current spec."""
+    target = Path(out_dir).expanduser().resolve() if out_dir is not None else demo_model_path(name)
+    return _is_complete(target, spec_hash(get_spec(name)))
+
+
 def corpus_files() -> list[Path]:
     """The bundled text files the tokenizer is trained on, in a fixed order."""
     files = sorted(ASSETS_DIR.glob("*.txt"))

@@ -174,3 +174,20 @@ def test_names_paths_and_recognition(demo_model_dir, tmp_path, monkeypatch):
     assert not is_demo_model("Qwen/Qwen3-0.6B") and not is_demo_model(tmp_path)
     with pytest.raises(ModelError, match="lf-tiny-qwen3, lf-tiny-llama"):
         build_demo_model("lf-huge")
+
+
+def test_cli_demo_model_builds_then_reuses(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from assistant.cli.demo import demo_model
+
+    app = typer.Typer()
+    app.command()(demo_model)
+    target = tmp_path / "cli-llama"
+    first = CliRunner().invoke(app, ["lf-tiny-llama", "--out", str(target)], terminal_width=200)
+    assert first.exit_code == 0, first.output
+    assert "Built lf-tiny-llama" in first.output and str(target) in first.output and "llama3" in first.output
+    second = CliRunner().invoke(app, ["lf-tiny-llama", "--out", str(target)], terminal_width=200)
+    assert "Already built" in second.output
+    assert is_demo_model(target)
