@@ -1,0 +1,98 @@
+"""`lf-assistant runs | status | stop | resume-train`: what the run folders say."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from assistant.cli.common import fail_on_engine_error, fmt_duration
+
+
+def _fmt_time(value) -> str:
+    return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
+
+
+@fail_on_engine_error
+def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs).")
+              ) -> None:
+    """List runs: id, model, method, state, steps, final loss, date."""
+    from rich.console import Console
+    from rich.table import Table
+
+    import engine
+
+    rows = engine.runs.list(runs_dir)
+    console = Console(highlight=False)
+    if not rows:
+        console.print("No runs yet. Start one with `lf-assistant` (guided) or `lf-assistant train CONFIG`.")
+        return
+    table = Table("run id", "model", "method", "state", "steps", "final loss", "started")
+    for row in rows:
+        steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
+        loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "-"
+        table.add_row(row["run_id"], str(row.get("model") or "-"), str(row.get("method") or "-"),
+                      _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at")))
+    console.print(table)
+
+
+def _state_text(state: str) -> str:
+    colour = {"completed": "green", "running": "cyan", "failed": "red", "stopped": "yellow"}.get(state, "white")
+    return f"[{colour}]{state}[/]"
+
+
+@fail_on_engine_error
+def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."),
+           follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+           runs_dir: Optional[Path] = typer.Option(None, "--runs-dir")) -> None:
+    """Show a run's state, step/total, latest loss and ETA."""
+    from rich.console import Console
+
+    import engine
+
+    console = Console(highlight=False)
+    run = engine.runs.get(run_id, runs_dir)
+    while True:
+        st = run.read_status()
+        state = st.get("state", "unknown")
+        loss = f"{st['loss']:.4f}" if st.get("loss") is not None else "-"
+        console.print(f"{run.run_id}: {_state_text(state)}  step {st.get('step', 0)}/{st.get('total_steps', '?')}  "
+                      f"loss {loss}  elapsed {fmt_duration(st.get('elapsed_s'))}  ETA {fmt_duration(st.get('eta_s'))}")
+        if not follow or state in ("completed", "failed", "stopped"):
+            break
+        time.sleep(2)
+    if st.get("exit_reason") and state in ("failed", "stopped"):
+        console.print(f"  reason: {st['exit_reason']}", markup=False)
+        if st.get("last_checkpoint"):
+            console.print(f"  continue with: lf-assistant resume-train {run.run_id}")
+    if st.get("output_dir"):
+        console.print(f"  output: {st['output_dir']}", markup=False)
+    for note in st.get("notes", []):
+        console.print(f"  note: {note}", markup=False)
+    if state == "failed":
+        raise typer.Exit(1)
+
+
+@fail_on_engine_error
+def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[Path] = typer.Option(None, "--runs-dir")
+         ) -> None:
+    """Stop a running training; it saves a checkpoint first and can be resumed."""
+    import engine
+
+    engine.stop(run_id, runs_dir=runs_dir)
+    typer.echo(f"asked {run_id} to stop; it saves a checkpoint and records 'stopped'.")
+
+
+@fail_on_engine_error
+def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or stopped run."),
+                 runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+                 detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default).")
+                 ) -> None:
+    """Continue a failed or stopped run from its newest complete checkpoint."""
+    import engine
+
+    handle = engine.resume(run_id, runs_dir=runs_dir, detach=detach)
+    typer.echo(f"resumed {handle.run_id}; follow with: lf-assistant status {handle.run_id} --follow")

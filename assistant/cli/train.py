@@ -1,0 +1,83 @@
+"""`lf-assistant train`: train from a YAML config, here (with a progress bar) or detached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from assistant.cli.common import fail_on_engine_error, fmt_duration
+
+
+@fail_on_engine_error
+def train(
+    config: Path = typer.Argument(..., help="Training YAML (ours or LLaMA-Factory's).", show_default=False),
+    overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides, e.g. max_steps=20 "
+                                                             "model_name_or_path=models/lf-tiny-qwen3"),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background and return the run id; "
+                                "training keeps going after the terminal closes."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Name the run folder (default model_method_time)."),
+    check: bool = typer.Option(False, "--check", help="Only validate the config and list every problem."),
+) -> None:
+    """Fine-tune a model from a YAML config. Writes lf_runs/<run_id>/ (config, log, metrics, status) and the
+    adapter or model into output_dir."""
+    from rich.console import Console
+
+    import engine
+    from engine.api import ignored_keys
+
+    console = Console(highlight=False)
+    cfg = engine.load_config(config, *(overrides or []))
+    skipped = ignored_keys(config)
+    if skipped:
+        console.print(f"[dim]accepted but not used here: {', '.join(skipped)}[/]")
+    problems = engine.validate(cfg)
+    if problems:
+        console.print(f"[bold red]{config}: {len(problems)} problem(s)[/]")
+        for problem in problems:
+            console.print(f"  [red]-[/] {problem}", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    if check:
+        console.print(f"[green]{config}: no problems found.[/]")
+        return
+    if detach:
+        handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id)
+        console.print(f"started run [bold]{handle.run_id}[/] (pid {handle.process.pid})")
+        console.print(f"  folder: {handle.path}")
+        console.print(f"  follow: lf-assistant status {handle.run_id} --follow")
+        return
+    _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id)
+
+
+def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    import engine
+
+    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                        console=console, transient=False)
+    task = progress.add_task("train", total=None, loss="-")
+
+    def on_log(row: dict) -> None:
+        if "step" in row and "loss" in row:
+            progress.update(task, completed=row["step"], total=row["total_steps"], loss=f"{row['loss']:.4f}")
+        elif "eval_loss" in row:
+            progress.console.print(f"  step {row['step']}: eval loss {row['eval_loss']:.4f}")
+        elif "message" in row and row["message"].startswith(("NOTE", "resumed", "data:", "model", "trainable")):
+            progress.console.print(f"[dim]{row['message']}[/]")
+
+    with progress:
+        handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, on_log=on_log)
+    status = handle.status()
+    final = status.get("final_loss")
+    console.print(f"[bold green]{status.get('state')}[/]: {status.get('step')} steps in "
+                  f"{fmt_duration(status.get('runtime_s'))}, final loss {final:.4f}" if final is not None else
+                  f"[bold]{status.get('state')}[/]")
+    console.print(f"  run folder : {handle.path}")
+    console.print(f"  output     : {status.get('output_dir')}")
+    if status.get("loss_plot"):
+        console.print(f"  loss plot  : {status['loss_plot']}")

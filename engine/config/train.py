@@ -1,0 +1,149 @@
+"""The training config: one flat dataclass whose keys match LLaMA-Factory's YAML.
+
+Each field declares its help text, default and choices once (in ``metadata``); the CLI, the TUI's config table and
+the validator all read them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def opt(default: Any, help: str, *, choices: tuple | None = None, section: str = "train") -> Any:
+    """A config field with its help text, choices and section declared in one place."""
+    meta = {"help": help, "section": section}
+    if choices:
+        meta["choices"] = choices
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs. YAML is only its serialization; unknown keys are errors."""
+
+    # --- model
+    model_name_or_path: str | None = opt(
+        None, "Base model: a local folder or a hub id. Empty means the built-in demo model (lf-tiny-qwen3).",
+        section="model")
+    adapter_name_or_path: str | None = opt(
+        None, "An existing LoRA adapter to continue training from (folder).", section="model")
+    trust_remote_code: bool = opt(
+        False, "Run Python code shipped inside the model folder. Only with your explicit consent.", section="model")
+    template: str | None = opt(
+        None, "Chat template name (qwen3, llama3, ...). Empty: resolved from the model.", section="model")
+    quantization_bit: int | None = opt(
+        None, "Load the base in 4 or 8 bits (QLoRA, bitsandbytes, CUDA only).", choices=(4, 8), section="model")
+    quantization_method: str = opt("bnb", "Quantization backend.", choices=("bnb",), section="model")
+    kernel_config: Any = opt(
+        None, "Fused kernels: auto | none | comma list (rms_norm,swiglu,rope,fused_linear_ce).", section="model")
+
+    # --- method
+    stage: str = opt("sft", "Training stage.", choices=("sft", "dpo"), section="method")
+    do_train: bool = opt(True, "Train (kept for compatibility; must be true).", section="method")
+    finetuning_type: str = opt(
+        "lora", "What is trained: lora (adapters), full (every weight), freeze (the last N layers). "
+        "QLoRA is lora + quantization_bit.", choices=("lora", "full", "freeze", "qlora"), section="method")
+    lora_rank: int = opt(8, "LoRA rank r (adapter width).", section="method")
+    lora_alpha: int | None = opt(None, "LoRA scaling alpha. Empty: 2 x lora_rank.", section="method")
+    lora_dropout: float = opt(0.0, "Dropout on the LoRA input.", section="method")
+    lora_target: str = opt(
+        "all", "Modules that get adapters: all (every linear layer but the head) or comma-separated names.",
+        section="method")
+    freeze_trainable_layers: int = opt(
+        2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method")
+    freeze_trainable_modules: str = opt("all", "Freeze: which modules inside the trained layers.", section="method")
+    pref_beta: float = opt(0.1, "DPO: the beta (inverse temperature) of the preference loss.", section="method")
+    pref_loss: str = opt("sigmoid", "DPO loss variant.", choices=("sigmoid", "orpo", "simpo"), section="method")
+    pref_ftx: float = opt(0.0, "DPO: weight of an extra SFT loss on the chosen answer.", section="method")
+    simpo_gamma: float = opt(0.5, "SimPO: target reward margin.", section="method")
+    dpo_label_smoothing: float = opt(0.0, "DPO: robust-DPO label smoothing (0 to 0.5).", section="method")
+
+    # --- dataset
+    dataset: str | None = opt(
+        None, "Comma-separated dataset names registered in dataset_info.json.", section="dataset")
+    dataset_dir: str = opt(
+        "data", "Folder holding dataset_info.json (relative: to the config's folder, then the working dir).",
+        section="dataset")
+    eval_dataset: str | None = opt(None, "Datasets used only for evaluation.", section="dataset")
+    cutoff_len: int = opt(2048, "Maximum tokens per sample; longer samples are cut.", section="dataset")
+    max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset")
+    train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
+    mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
+    val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset")
+    packing: bool = opt(False, "Pack several samples into one row (no padding).", section="dataset")
+    neat_packing: bool = opt(False, "Packing without cross-sample attention.", section="dataset")
+    batching_strategy: str = opt(
+        "padded", "How micro-batches are built.", choices=("padded", "bucketed", "packed", "dynamic"),
+        section="dataset")
+
+    # --- output
+    output_dir: str | None = opt(
+        None, "Where the adapter/model and checkpoints go. Empty: saves/<model>/<method>/<run_id>.", section="output")
+    overwrite_output_dir: bool = opt(False, "Allow writing into a non-empty output_dir.", section="output")
+    logging_steps: int = opt(10, "Log loss every N optimizer steps.", section="output")
+    save_steps: int = opt(500, "Save a checkpoint every N optimizer steps.", section="output")
+    save_total_limit: int | None = opt(None, "Keep at most N checkpoints (oldest removed).", section="output")
+    save_only_model: bool = opt(False, "Checkpoints without optimizer state (cannot be resumed).", section="output")
+    save_strategy: str = opt("steps", "steps: checkpoint every save_steps; no: only the final model.",
+                             choices=("steps", "no"), section="output")
+    plot_loss: bool = opt(True, "Write training_loss.png at the end.", section="output")
+    report_to: str = opt("none", "Extra trackers.", choices=("none", "tensorboard", "wandb"), section="output")
+
+    # --- train
+    per_device_train_batch_size: int = opt(1, "Samples per micro-batch on each device.")
+    per_device_eval_batch_size: int = opt(1, "Samples per eval micro-batch.")
+    gradient_accumulation_steps: int = opt(1, "Micro-batches per optimizer step.")
+    learning_rate: float = opt(5e-5, "Peak learning rate.")
+    num_train_epochs: float = opt(3.0, "Passes over the data (ignored when max_steps > 0).")
+    max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: use num_train_epochs).")
+    lr_scheduler_type: str = opt(
+        "cosine", "Learning-rate schedule after warmup.",
+        choices=("cosine", "linear", "constant", "constant_with_warmup"))
+    warmup_ratio: float = opt(0.0, "Share of steps spent warming up.")
+    warmup_steps: int = opt(0, "Warmup steps (overrides warmup_ratio when > 0).")
+    weight_decay: float = opt(0.0, "AdamW weight decay.")
+    adam_beta1: float = opt(0.9, "AdamW beta1.")
+    adam_beta2: float = opt(0.999, "AdamW beta2.")
+    adam_epsilon: float = opt(1e-8, "AdamW epsilon.")
+    max_grad_norm: float = opt(1.0, "Clip the global gradient norm (0: no clipping).")
+    bf16: bool = opt(False, "bfloat16 autocast on GPU (on a CPU without bf16 units training stays fp32).")
+    fp16: bool = opt(False, "float16 autocast with loss scaling on GPU.")
+    gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory (slower).")
+    seed: int = opt(42, "Random seed (data order, init of adapters, dropout).")
+    resume_from_checkpoint: str | None = opt(
+        None, "auto: continue from the newest complete checkpoint in output_dir; or a checkpoint folder.")
+    eval_steps: int | None = opt(None, "Compute the eval loss every N steps (default: logging_steps x 10).")
+    eval_strategy: str = opt("steps", "When to evaluate when eval data exists.", choices=("steps", "no"))
+    deepspeed: str | None = opt(None, "DeepSpeed JSON config (multi-GPU, needs the deepspeed extra).")
+    cp_size: int = opt(1, "Ulysses sequence-parallel size (context parallel).")
+
+    # Set by load_config, not a YAML key: the folder of the file the config came from.
+    config_dir: str | None = field(default=None, repr=False, metadata={"internal": True})
+
+    @property
+    def lora_alpha_value(self) -> int:
+        return self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_rank
+
+    @property
+    def method(self) -> str:
+        """lora | qlora | full | freeze — qlora when LoRA runs on a quantized base."""
+        if self.finetuning_type == "lora" and self.quantization_bit:
+            return "qlora"
+        return self.finetuning_type
+
+    def base_dir(self) -> Path:
+        return Path(self.config_dir) if self.config_dir else Path.cwd()
+
+
+# Keys other tools put in their YAML that only tune performance or logging there. We accept them and say so
+# once in the log, rather than refusing a user's existing LLaMA-Factory config.
+ACCEPTED_FOREIGN_KEYS = {
+    "preprocessing_num_workers", "dataloader_num_workers", "ddp_timeout", "overwrite_cache",
+    "include_effective_tokens_per_second", "disable_tqdm", "flash_attn", "use_cache", "enable_thinking",
+    "default_system", "ddp_find_unused_parameters", "dataloader_pin_memory", "logging_dir", "run_name",
+    "preprocessing_batch_size", "tokenized_path", "streaming", "buffer_size", "mix_strategy",
+    "interleave_probs", "trust_remote_code_ack", "disable_gradient_checkpointing", "upcast_layernorm",
+    "use_unsloth", "enable_liger_kernel", "optim", "eval_on_start",
+}

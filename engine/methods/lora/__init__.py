@@ -1,0 +1,47 @@
+"""LoRA: low-rank adapters on linear layers; only the adapters train and only they are saved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def target_modules(model, lora_target: str) -> list[str] | str:
+    """``all`` -> every linear layer's short name except the output head; else the comma-separated names."""
+    if lora_target.strip() != "all":
+        return [name.strip() for name in lora_target.split(",") if name.strip()]
+    head = model.get_output_embeddings()
+    names = set()
+    for full_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            names.add(full_name.rsplit(".", 1)[-1])
+    return sorted(names)
+
+
+def prepare(model, config):
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if config.adapter_name_or_path:
+        return PeftModel.from_pretrained(model, config.adapter_name_or_path, is_trainable=True)
+    lora_config = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha_value,
+        lora_dropout=config.lora_dropout,
+        target_modules=target_modules(model, config.lora_target),
+    )
+    return get_peft_model(model, lora_config)
+
+
+def save(model, out_dir: Path) -> None:
+    """A PEFT adapter folder (adapter_config.json + adapter_model.safetensors)."""
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+
+
+def load_for_resume(model, checkpoint: Path) -> None:
+    """Copy adapter weights from a checkpoint into the live PEFT model."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(str(checkpoint / "adapter_model.safetensors")))

@@ -1,0 +1,121 @@
+"""Small components of a training loop: data order, validation split, stop flag, and the run logger."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from datetime import datetime
+from typing import Callable
+
+import torch
+
+from engine.rundir import RunDir
+
+
+def steps_per_epoch(num_samples: int, batch_size: int, grad_accum: int) -> int:
+    """Optimizer steps in one pass; a short last group of micro-batches still makes a step."""
+    return max(1, math.ceil(math.ceil(num_samples / batch_size) / grad_accum))
+
+
+def batches_for_epoch(num_samples: int, batch_size: int, grad_accum: int, *, seed: int) -> list[list[list[int]]]:
+    """Sample indices for one epoch, grouped as [optimizer step][micro-batch][sample].
+
+    The order depends only on ``seed`` (seed + epoch), so a resumed run sees exactly the same batches.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(num_samples, generator=generator).tolist()
+    micro = [order[i:i + batch_size] for i in range(0, num_samples, batch_size)]
+    return [micro[i:i + grad_accum] for i in range(0, len(micro), grad_accum)]
+
+
+def split_validation(samples: list, val_size: float, seed: int) -> tuple[list, list]:
+    """Hold out ``val_size`` (a share below 1, or a count) of the samples, chosen with the seed."""
+    if not val_size:
+        return samples, []
+    count = int(val_size) if val_size >= 1 else max(1, round(len(samples) * val_size))
+    count = min(count, len(samples) - 1)
+    order = list(range(len(samples)))
+    random.Random(seed).shuffle(order)
+    held = set(order[:count])
+    return [s for i, s in enumerate(samples) if i not in held], [samples[i] for i in sorted(held)]
+
+
+class StopFlag:
+    """Set by a signal handler or the caller; the loop checks it after each step and saves before leaving."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.reason = ""
+
+    def request(self, reason: str = "stop") -> None:
+        self.requested, self.reason = True, reason
+
+
+class RunLogger:
+    """Writes train.log, metrics.jsonl, events.jsonl and the live fields of status.json; calls ``on_log``."""
+
+    def __init__(self, run: RunDir, on_log: Callable[[dict], None] | None = None) -> None:
+        self.run = run
+        self.on_log = on_log
+        self.window: list[tuple[float, float, int, int]] = []
+        self.started = time.time()
+        self.first_step = 0
+        self.total_steps = 0
+
+    def info(self, message: str) -> None:
+        line = f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {message}"
+        with open(self.run.log_path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        if self.on_log:
+            self.on_log({"message": message})
+
+    def note(self, message: str) -> None:
+        """Something the user should know about how the run differs from what was asked."""
+        self.info(f"NOTE: {message}")
+        notes = self.run.read_status().get("notes", [])
+        self.run.update_status(notes=[*notes, message])
+
+    def event(self, kind: str, **data) -> None:
+        self.run.append_event(kind, **data)
+
+    def start_timer(self, step: int, total_steps: int) -> None:
+        self.started, self.first_step, self.total_steps = time.time(), step, total_steps
+        self.window_started = self.started
+
+    def elapsed(self) -> float:
+        return time.time() - self.started
+
+    def step(self, step: int, loss: float, grad_norm: float, lr: float, input_tokens: int, trained_tokens: int,
+             epoch: float, *, log_now: bool) -> None:
+        self.window.append((loss, grad_norm, input_tokens, trained_tokens))
+        if not log_now:
+            return
+        now = time.time()
+        losses, norms, inputs, trained = zip(*self.window)
+        window_s = max(now - self.window_started, 1e-9)
+        elapsed = now - self.started
+        done = step - self.first_step
+        eta = elapsed / done * (self.total_steps - step) if done else None
+        row = {"step": step, "total_steps": self.total_steps, "epoch": round(epoch, 4),
+               "loss": round(sum(losses) / len(losses), 6), "grad_norm": round(sum(norms) / len(norms), 6),
+               "learning_rate": lr, "tokens_per_second": round(sum(inputs) / window_s, 1),
+               "trained_tokens_per_second": round(sum(trained) / window_s, 1),
+               "elapsed_s": round(elapsed, 2), "eta_s": round(eta, 1) if eta is not None else None,
+               "time": now}
+        self.window, self.window_started = [], now
+        self.run.append_metric(row)
+        self.run.update_status(step=step, loss=row["loss"], eta_s=row["eta_s"], elapsed_s=row["elapsed_s"])
+        loss_text = "nan" if math.isnan(row["loss"]) else f"{row['loss']:.4f}"
+        self.info(f"step {step}/{self.total_steps} loss {loss_text} lr {lr:.3g} "
+                  f"grad_norm {row['grad_norm']:.3f} tok/s {row['tokens_per_second']:.0f}")
+        if self.on_log:
+            self.on_log(row)
+
+    def eval(self, step: int, eval_loss: float, epoch: float) -> None:
+        row = {"step": step, "epoch": round(epoch, 4), "eval_loss": round(eval_loss, 6), "time": time.time()}
+        self.run.append_metric(row)
+        self.event("eval", step=step, eval_loss=row["eval_loss"])
+        self.info(f"step {step} eval_loss {eval_loss:.4f}")
+        if self.on_log:
+            self.on_log(row)

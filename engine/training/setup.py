@@ -1,0 +1,103 @@
+"""Pieces every recipe needs before its loop: model path, device and precision, template, output files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.config import TrainConfig
+
+log = logging.getLogger("engine")
+
+TRAINING_INFO_FILE = "lfa_training.json"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_model_path(config: TrainConfig) -> str:
+    """The model to load: the config's, or the built-in demo model (built on first use)."""
+    if config.model_name_or_path:
+        return config.model_name_or_path
+    from engine.models.demo import build_demo_model
+
+    return str(build_demo_model())
+
+
+@dataclass
+class Precision:
+    device: torch.device
+    autocast_dtype: torch.dtype | None  # None: plain fp32
+    note: str | None  # why the precision differs from what the config asked
+
+
+def choose_precision(config: TrainConfig) -> Precision:
+    """fp32 on CPU (bf16 there trains 10-20x slower on CPUs without bf16 units); autocast on GPU as asked."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+        if config.bf16:
+            return Precision(device, torch.bfloat16, None)
+        if config.fp16:
+            return Precision(device, torch.float16, None)
+        return Precision(device, None, None)
+    note = None
+    if config.bf16 or config.fp16:
+        kind = "bf16" if config.bf16 else "fp16"
+        note = (f"{kind} was requested but this machine has no GPU: training in fp32 instead "
+                f"({kind} on this CPU trains 10-20x slower).")
+    return Precision(torch.device("cpu"), None, note)
+
+
+def resolve_template(config: TrainConfig, model_path: str, tokenizer):
+    """The chat template by name, else the model's family default, else the tokenizer's own chat_template."""
+    from engine.data.templates import get_template
+
+    if config.template and config.template != "auto":
+        return get_template(config.template, tokenizer)
+    try:
+        from engine.models.resolve import resolve_model
+
+        name = resolve_model(model_path).template
+        if name:
+            return get_template(name, tokenizer)
+    except Exception as exc:  # noqa: BLE001 - fall back to the tokenizer's own template, and say why
+        log.info("template not resolved from the model registry (%s); using the tokenizer's chat template", exc)
+    return get_template(None, tokenizer)
+
+
+def save_tokenizer_with_template(tokenizer, template, out_dir: Path) -> None:
+    """Save the tokenizer with the training template as its chat template, so any runtime renders prompts alike."""
+    jinja = getattr(template, "jinja", None)
+    if jinja:
+        tokenizer.chat_template = jinja
+    tokenizer.save_pretrained(str(out_dir))
+
+
+def write_training_info(out_dir: Path, *, base_model: str, method: str, template_name: str, stage: str,
+                        run_id: str | None) -> None:
+    """Record what produced this folder; inference and export read the template from here."""
+    info = {"base_model": base_model, "finetuning_type": method, "template": template_name, "stage": stage,
+            "run_id": run_id}
+    (Path(out_dir) / TRAINING_INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+
+
+def read_training_info(folder: str | Path) -> dict | None:
+    path = Path(folder) / TRAINING_INFO_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def default_output_dir(model_path: str, method: str, run_id: str, stage: str = "sft") -> str:
+    name = Path(model_path.rstrip("/")).name.lower()
+    return str(Path("saves") / name / method / f"{stage}_{run_id.rsplit('_', 2)[-2]}_{run_id.rsplit('_', 1)[-1]}")
