@@ -1,0 +1,327 @@
+"""Find a model on this machine and check that it is complete, not just present.
+
+A download that stopped half-way leaves a folder that looks like a model: config.json is there, the weights are
+not (or only some shards, or a truncated one). Loading it then fails minutes later with an obscure error, or a
+run silently starts from the hub again. Here every shard named in the index must exist at the exact size its
+safetensors header announces, no `*.incomplete` file may remain, config and tokenizer files must be present, and
+the weights must weigh roughly what the parameter count and dtype say.
+
+Places searched, in order: the given path, ./models/, the Hugging Face cache (`HF_HUB_CACHE`, `HF_HOME/hub`,
+`~/.cache/huggingface/hub`, layout `models--org--name/snapshots/<rev>/`) and the ModelScope cache
+(`MODELSCOPE_CACHE`, `~/.cache/modelscope`; both the current `models/org--name/snapshots/<rev>/` layout and the
+older `[hub/]models/org/name/` one, where dots in the name were written as `___`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Where = Literal["local", "hf_cache", "modelscope_cache", "models_dir"]
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken", "qwen.tiktoken",
+                   "spiece.model")
+PARTIAL_SUFFIXES = (".incomplete", ".parallel_tmp")
+# Bytes per parameter by config.json dtype; unknown dtypes are assumed 16-bit, what nearly every release uses.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+# Stored weights below this share of params x dtype bytes mean shards are missing. Published parameter counts
+# are rounded and tied embeddings are stored once, so real checkpoints land between ~0.8 and ~1.3.
+MIN_SIZE_RATIO = 0.6
+# A Git LFS pointer file (what `git clone` without git-lfs leaves) starts with this line.
+LFS_POINTER = b"version https://git-lfs"
+
+
+@dataclass
+class CacheCheck:
+    """Where a model was found and whether it can be loaded as it is."""
+
+    path: Path | None
+    """The folder checked (None when the model was not found anywhere)."""
+    complete: bool
+    """True when nothing is missing, truncated or still downloading."""
+    where: Where | None
+    """Which kind of place it was found in (None when not found)."""
+    problems: list[str] = field(default_factory=list)
+    """One sentence per thing that is wrong; empty when complete."""
+    size_bytes: int = 0
+    """Bytes on disk in the folder (symlinks into the HF blob store followed)."""
+    expected_bytes: int | None = None
+    """Bytes the weights should take (from the shard index, the safetensors headers or params x dtype)."""
+    searched: list[Path] = field(default_factory=list)
+    """Every folder looked at, for the 'not found' message."""
+
+    @property
+    def empty_shell(self) -> bool:
+        """A folder that exists but holds no weights at all: the download never really happened."""
+        return self.path is not None and any(p.startswith("no weight files") for p in self.problems)
+
+    def summary(self) -> str:
+        """One or a few lines for the CLI and TUI."""
+        if self.path is None:
+            places = ", ".join(str(p) for p in self.searched[:6]) or "nowhere"
+            more = f" (+{len(self.searched) - 6} more)" if len(self.searched) > 6 else ""
+            return f"not found locally (looked in {places}{more})"
+        size = human_bytes(self.size_bytes)
+        if self.complete:
+            return f"complete: {self.path} ({size}, {self.where})"
+        head = "empty shell" if self.empty_shell else "incomplete"
+        lines = [f"{head}: {self.path} ({size} on disk, {self.where}) — {len(self.problems)} problem(s):"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache, read from the environment now (huggingface_hub freezes it at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def modelscope_cache() -> Path:
+    """The ModelScope cache root (`MODELSCOPE_CACHE`, default ~/.cache/modelscope)."""
+    return Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope").expanduser()
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+def _files(root: Path) -> list[Path]:
+    """Every file below root, following the snapshot -> blob symlinks of the HF cache."""
+    found = []
+    for dirpath, _dirnames, filenames in os.walk(root, followlinks=True):
+        found += [Path(dirpath) / name for name in filenames]
+    return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # a dangling link: the blob it points at was never written
+        return 0
+
+
+def safetensors_problem(path: Path) -> tuple[str | None, int]:
+    """(what is wrong with a safetensors file or None, the size its header announces)."""
+    actual = _size(path)
+    if not path.exists():
+        return f"{path.name} is missing", 0
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if head.startswith(LFS_POINTER[:8]):
+                return (f"{path.name} is a Git LFS pointer, not the weights (cloned without git-lfs): "
+                        "download it again with `lf-assistant models download`"), 0
+            if len(head) < 8:
+                return f"{path.name} is truncated ({actual} bytes)", 0
+            (header_len,) = struct.unpack("<Q", head)
+            if header_len > actual:
+                return f"{path.name} is truncated ({human_bytes(actual)} on disk)", 0
+            header = json.loads(fh.read(header_len))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return f"{path.name} has a corrupt header ({exc.__class__.__name__})", 0
+    data_end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    expected = 8 + header_len + data_end
+    if actual != expected:
+        return (f"{path.name} is {human_bytes(actual)} but its header says {human_bytes(expected)}: "
+                "truncated or corrupted, download it again"), expected
+    return None, expected
+
+
+def _weight_problems(root: Path) -> tuple[list[str], int | None, list[Path]]:
+    """(problems, expected weight bytes, weight files) for the weights in a model folder."""
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = root / index_name
+        if index.is_file():
+            return _sharded_problems(root, index)
+    single = root / "model.safetensors"
+    loose = sorted(p for p in root.glob("*.safetensors") if not p.name.startswith("adapter_"))
+    if single.exists() or loose:
+        files = [single] if single.exists() else loose
+        results = [safetensors_problem(p) for p in files]
+        return [r[0] for r in results if r[0]], sum(r[1] for r in results), files
+    bins = sorted(root.glob("pytorch_model*.bin"))
+    if bins:
+        empty = [f"{p.name} is empty" for p in bins if _size(p) == 0]
+        return empty, None, bins
+    if (root / "adapter_config.json").is_file():
+        return ["no weight files: this is a LoRA adapter folder, not a base model (use it as "
+                "adapter_name_or_path, with its base model as model_name_or_path)"], None, []
+    return ["no weight files (model.safetensors, its shards, or pytorch_model.bin)"], None, []
+
+
+def _sharded_problems(root: Path, index: Path) -> tuple[list[str], int | None, list[Path]]:
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        shards = sorted(set(data["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        return [f"{index.name} is unreadable ({exc.__class__.__name__}): download it again"], None, []
+    problems, header_total, files = [], 0, [root / s for s in shards]
+    missing = [s for s in shards if not (root / s).exists()]
+    if missing:
+        problems.append(f"{len(missing)} of {len(shards)} weight shards missing: {', '.join(missing[:4])}"
+                        + (" ..." if len(missing) > 4 else ""))
+    for shard in files:
+        if shard.exists() and shard.suffix == ".safetensors":
+            problem, expected = safetensors_problem(shard)
+            header_total += expected
+            problems += [problem] if problem else []
+        elif shard.exists() and _size(shard) == 0:
+            problems.append(f"{shard.name} is empty")
+    total = (data.get("metadata") or {}).get("total_size")
+    return problems, int(total) if total else (header_total or None), files
+
+
+def _config_problems(root: Path) -> tuple[list[str], dict]:
+    config_path = root / "config.json"
+    if not config_path.is_file():
+        return ["config.json is missing"], {}
+    try:
+        return [], json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"config.json is unreadable ({exc.__class__.__name__})"], {}
+
+
+def _dtype_bytes(config: dict) -> int:
+    dtype = config.get("torch_dtype") or config.get("dtype") or (config.get("text_config") or {}).get("torch_dtype")
+    return DTYPE_BYTES.get(str(dtype), 2)
+
+
+def _size_problem(weight_bytes: int, params_b: float, config: dict) -> tuple[str | None, int | None]:
+    """Compare stored weight bytes with the published parameter count (skipped for quantized checkpoints)."""
+    if config.get("quantization_config"):
+        return None, None
+    expected = int(params_b * 1e9 * _dtype_bytes(config))
+    if weight_bytes < MIN_SIZE_RATIO * expected:
+        return (f"the weights take {human_bytes(weight_bytes)}, but a {params_b:g}B-parameter model needs about "
+                f"{human_bytes(expected)}: files are missing or this is not the model you meant"), expected
+    return None, expected
+
+
+def _hf_blob_problems(root: Path) -> list[str]:
+    """Partial blobs of an HF cache snapshot live in ../../blobs, not in the snapshot folder itself."""
+    if root.parent.name != "snapshots":
+        return []
+    blobs = root.parent.parent / "blobs"
+    partial = [p.name for p in blobs.glob("*.incomplete")] if blobs.is_dir() else []
+    return [f"{len(partial)} unfinished download(s) in {blobs} ({partial[0]})"] if partial else []
+
+
+def check_model_dir(path: Path, *, params_b: float | None = None) -> CacheCheck:
+    """Check one folder: config, tokenizer, every weight shard at its announced size, no partial downloads."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        return CacheCheck(root, False, "local", [f"{root} is not a folder"], searched=[root])
+    files = _files(root)
+    problems, config = _config_problems(root)
+    if not any((root / name).is_file() for name in TOKENIZER_FILES):
+        problems.append("no tokenizer files (tokenizer.json, tokenizer.model or vocab.json)")
+    weight_problems, expected, weight_files = _weight_problems(root)
+    problems += weight_problems
+    partial = [p for p in files if p.name.endswith(PARTIAL_SUFFIXES)]
+    if partial:
+        problems.append(f"{len(partial)} unfinished download file(s), e.g. {partial[0].relative_to(root)}: "
+                        "a download is running or was interrupted")
+    problems += _hf_blob_problems(root)
+    if params_b and weight_files and not weight_problems:
+        size_problem, estimate = _size_problem(sum(_size(p) for p in weight_files), params_b, config)
+        problems += [size_problem] if size_problem else []
+        expected = expected or estimate
+    size = sum(_size(p) for p in files)
+    return CacheCheck(root, not problems, "local", problems, size, expected, searched=[root])
+
+
+# ---------------------------------------------------------------------------------------------------- search
+def _looks_like_path(model: str) -> bool:
+    """A hub id is exactly `org/name`; anything rooted, relative or deeper is meant as a folder."""
+    return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
+
+
+def _newest_snapshot(repo_dir: Path) -> Path | None:
+    """The snapshot `refs/main` points at, else the most recently written one."""
+    snapshots = repo_dir / "snapshots"
+    ref = repo_dir / "refs" / "main"
+    if ref.is_file():
+        pinned = snapshots / ref.read_text(encoding="utf-8").strip()
+        if pinned.is_dir():
+            return pinned
+    candidates = [p for p in snapshots.glob("*") if p.is_dir()] if snapshots.is_dir() else []
+    return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+
+
+def _hub_ids(model: str) -> tuple[list[str], float | None]:
+    """Hub ids to look for (Hugging Face and ModelScope spellings) and the parameter count, via the registry."""
+    from engine.models.registry import find_model
+
+    entry = find_model(model)
+    if entry is None:
+        return ([model] if "/" in model else []), None
+    ids = [i for i in (entry.hf_id, entry.ms_id, *entry.aliases) if i]
+    return list(dict.fromkeys(ids)), entry.params_b
+
+
+def candidate_dirs(model: str, models_dir: Path) -> list[tuple[Where, Path]]:
+    """Every folder where `model` (a hub id or bare name) could be, in search order."""
+    ids, _ = _hub_ids(model)
+    names = list(dict.fromkeys([i.split("/")[-1] for i in ids] + [model.split("/")[-1]]))
+    out: list[tuple[Where, Path]] = [("models_dir", models_dir / n) for n in names]
+    out += [("models_dir", models_dir / i) for i in ids] + [("models_dir", models_dir / i.replace("/", "--"))
+                                                             for i in ids]
+    for repo_id in ids:
+        snapshot = _newest_snapshot(hf_hub_cache() / f"models--{repo_id.replace('/', '--')}")
+        if snapshot is not None:
+            out.append(("hf_cache", snapshot))
+    ms = modelscope_cache()
+    for repo_id in ids:
+        org, _, name = repo_id.partition("/")
+        snapshot = _newest_snapshot(ms / "models" / f"{org}--{name}")
+        if snapshot is not None:
+            out.append(("modelscope_cache", snapshot))
+        for legacy_name in dict.fromkeys([name.replace(".", "___"), name]):
+            out += [("modelscope_cache", ms / sub / org / legacy_name)
+                    for sub in ("models", "hub/models", "hub")]
+    return list(dict.fromkeys(out))
+
+
+def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheCheck:
+    """Find `model` (a folder, a hub id or a registry name) on this machine and check it.
+
+    Returns the first complete copy; otherwise the most complete partial copy with its problems; otherwise a
+    CacheCheck with path None listing where it looked.
+    """
+    given = Path(model).expanduser()
+    if given.is_dir():
+        return check_model_dir(given, params_b=_hub_ids(given.name)[1])
+    if _looks_like_path(model):
+        return CacheCheck(None, False, None, [f"{model} does not exist"], searched=[given])
+    _, params_b = _hub_ids(model)
+    candidates = candidate_dirs(model, Path(models_dir))
+    partial: list[CacheCheck] = []
+    for where, folder in candidates:
+        if not folder.is_dir():
+            continue
+        check = check_model_dir(folder, params_b=params_b)
+        check.where = where
+        if check.complete:
+            return check
+        partial.append(check)
+    searched = [folder for _, folder in candidates]
+    if partial:
+        best = max(partial, key=lambda c: c.size_bytes)
+        best.searched = searched
+        return best
+    return CacheCheck(None, False, None, [f"{model} was not found on this machine"], searched=searched)

@@ -1,0 +1,234 @@
+"""Resolve a user's model (hub id, local folder, or folder name) to a family and a chat template.
+
+Rules, first match wins, and the Resolution says which one matched:
+1. `demo`: a built-in demo model name, or a folder holding a demo build.
+2. `registry`: the id, or the folder's name (`./models/Qwen3-4B`, `models--Qwen--Qwen3-4B/snapshots/<rev>`),
+   is in the model registry.
+3. `config.json`: the model folder's `model_type` / `architectures` belong to a known family.
+4. `chat_template`: the tokenizer's own chat template carries a family's tell-tale tokens.
+A template the user names wins over all of these (rule `user` when nothing else matched), with a warning when it
+differs from what the model suggests: a wrong template is the classic cause of garbled or endless answers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from engine.errors import ModelError
+from engine.models.cache import find_local_model
+from engine.models.registry import FAMILIES, MODELS, ModelEntry, find_model
+
+Rule = Literal["registry", "config.json", "chat_template", "demo", "user"]
+
+# Tokens that only one family's chat template writes; checked in this order (Phi-4 and Qwen3 also use
+# <|im_start|>, so they come before the plain ChatML signature).
+CHAT_TEMPLATE_SIGNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("llama3", ("<|start_header_id|>",), "llama3"),
+    ("gemma3", ("<start_of_turn>",), "gemma3"),
+    ("deepseek_r1", ("<｜Assistant｜>",), "deepseekr1"),
+    ("glm4", ("[gMASK]<sop>",), "glm4"),
+    ("phi4", ("<|im_sep|>",), "phi4"),
+    ("mistral", ("[INST]",), "mistral"),
+    ("qwen3", ("<|im_start|>", "<think>"), "qwen3"),
+    ("qwen2_5", ("<|im_start|>",), "qwen"),
+)
+_BASE_NAME = re.compile(r"([-_.](base|pt)([-_.]|$))", re.IGNORECASE)
+
+
+@dataclass
+class Resolution:
+    """What a model is and how to talk to it."""
+
+    family: str
+    """Family key in FAMILIES, or `custom` for an unknown model with a user-given template."""
+    template: str
+    """Chat template to use."""
+    rule: Rule
+    """Which rule decided the family."""
+    entry: ModelEntry | None
+    """The registry entry, when the model is a registered one."""
+    warnings: list[str] = field(default_factory=list)
+    """Things the user should know before training (base model with a chat template, incomplete folder...)."""
+    local_path: Path | None = None
+    """The folder holding the model on this machine, if any (see `local_complete`)."""
+    local_complete: bool = False
+    """Whether that folder passed the completeness check."""
+    detail: str = ""
+    """One sentence on why this rule matched, for the UI."""
+
+
+def known_templates() -> list[str] | None:
+    """Template names the engine implements, or None while engine.data.templates is unavailable."""
+    try:
+        from engine.data.templates import TEMPLATES
+    except ImportError:
+        return None
+    return sorted(TEMPLATES)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_chat_template(folder: Path) -> str | None:
+    """The tokenizer's chat template text (chat_template.jinja, chat_template.json or tokenizer_config.json)."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8", errors="replace")
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        value = _read_json(folder / name).get("chat_template")
+        if isinstance(value, list):  # several named templates: the default one, or all of them joined
+            value = " ".join(str(t.get("template", "")) for t in value if isinstance(t, dict))
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def _demo_entry(model: str) -> ModelEntry | None:
+    try:
+        from engine.models.demo import BUILD_MARKER, is_demo_model
+    except ImportError:
+        return MODELS.get(model) if model in MODELS and MODELS[model].family == "demo" else None
+    if not is_demo_model(model):
+        return None
+    name = model if model in MODELS else _read_json(Path(model) / BUILD_MARKER).get("name", "")
+    return MODELS.get(name)
+
+
+def _registry_entry(model: str, folder: Path | None) -> ModelEntry | None:
+    entry = find_model(model)
+    if entry is not None or folder is None:
+        return entry
+    for part in (folder.name, folder.parent.parent.name if folder.parent.name == "snapshots" else ""):
+        if part.startswith("models--"):  # HF cache folder: models--org--name
+            part = part[len("models--"):].replace("--", "/", 1)
+        elif "--" in part:  # ModelScope cache folder: org--name
+            part = part.replace("--", "/", 1)
+        entry = find_model(part.replace("___", ".")) if part else None
+        if entry is not None:
+            return entry
+    return None
+
+
+def _family_from_config(config: dict) -> str | None:
+    model_type = config.get("model_type")
+    architectures = set(config.get("architectures") or [])
+    for fam in FAMILIES.values():
+        if model_type in fam.model_types or architectures & set(fam.architectures):
+            return fam.name
+    return None
+
+
+def _family_from_chat_template(text: str) -> tuple[str, str] | None:
+    for family, signs, template in CHAT_TEMPLATE_SIGNS:
+        if all(sign in text for sign in signs):
+            return family, template
+    return None
+
+
+def _detect(model: str, folder: Path | None) -> Resolution | None:
+    """Apply rules 1-4; None when none of them recognises the model."""
+    entry = _demo_entry(model) or (_demo_entry(str(folder)) if folder else None)
+    if entry is not None:
+        return Resolution(entry.family, entry.template, "demo", entry, detail=f"built-in demo model {entry.id}")
+    config = _read_json(folder / "config.json") if folder else {}
+    entry = _registry_entry(model, folder)
+    if entry is not None:
+        res = Resolution(entry.family, entry.template, "registry", entry, detail=f"registry entry {entry.id}")
+        found = _family_from_config(config) if config else None
+        if config and found != entry.family and FAMILIES[entry.family].model_types:
+            res.warnings.append(f"{folder} is named like {entry.id}, but its config.json says model_type "
+                                f"{config.get('model_type')!r}: check that the folder holds the model you mean.")
+        return res
+    family = _family_from_config(config) if config else None
+    chat = read_chat_template(folder) if folder else None
+    by_chat = _family_from_chat_template(chat) if chat else None
+    if family is not None:
+        res = Resolution(family, FAMILIES[family].template, "config.json", None,
+                         detail=f"config.json model_type {config.get('model_type')!r}")
+        if by_chat and by_chat[1] != res.template:
+            res.warnings.append(f"config.json says {FAMILIES[family].display}, but the tokenizer's chat template "
+                                f"looks like {FAMILIES[by_chat[0]].display}: if the model was tuned from that, "
+                                f"use template {by_chat[1]!r}.")
+        return res
+    if by_chat is not None:
+        return Resolution(by_chat[0], by_chat[1], "chat_template", None,
+                          detail=f"the tokenizer's chat template uses {FAMILIES[by_chat[0]].display} tokens")
+    return None
+
+
+def _instruct_variant(entry: ModelEntry) -> str | None:
+    for guess in (entry.id.replace("-Base", ""), entry.id.replace("-pt", "-it"), entry.id + "-Instruct"):
+        if guess != entry.id and guess in MODELS:
+            return guess
+    return None
+
+
+def _base_warning(res: Resolution, model: str, folder: Path | None) -> str | None:
+    """Warn when a base (non-instruct) model is paired with an instruct chat template."""
+    if res.template == "default" or res.rule == "demo":
+        return None
+    if res.entry is not None:
+        is_base, name = not res.entry.instruct, res.entry.id
+    else:
+        name = folder.name if folder else model
+        no_chat = folder is not None and read_chat_template(folder) is None
+        is_base = bool(_BASE_NAME.search(name)) or no_chat
+    if not is_base:
+        return None
+    variant = _instruct_variant(res.entry) if res.entry else None
+    tip = f" For a model that already chats, pick {variant}." if variant else ""
+    return (f"{name} is a base model (pre-trained, not instruct), but template {res.template!r} is a chat format it "
+            "has not learned: fine-tuning must teach it (use enough data and epochs), or use template 'default' "
+            f"for plain text continuation.{tip}")
+
+
+def _unknown_message(model: str, folder: Path | None) -> str:
+    where = (f"its folder {folder} has no config.json model_type or chat template we recognise" if folder
+             else "it is not on this machine, so its config.json could not be read "
+                  "(download it first with `lf-assistant models download ID`, then try again)")
+    return (f"Cannot tell which model family and chat template {model!r} needs: it is not in the model registry "
+            f"and {where}. Two ways forward: (1) pick a supported model (`lf-assistant models list`, e.g. "
+            "Qwen/Qwen3-4B-Instruct-2507); or (2) keep this model and name its chat template yourself "
+            "(template: qwen3, llama3, mistral, gemma3, ... in the config, or --template).")
+
+
+def _check_template_name(template: str | None) -> None:
+    names = known_templates()
+    if template and names is not None and template not in names:
+        raise ModelError(f"Unknown chat template {template!r}. Known templates: {', '.join(names)}.")
+
+
+def resolve_model(model: str, *, template: str | None = None) -> Resolution:
+    """Family and chat template of a hub id, local folder or folder name; ModelError when unknown.
+
+    `template`, when given, is the user's choice: it wins, and makes an unknown model usable (rule `user`).
+    """
+    model = model.strip()
+    _check_template_name(template)
+    local = find_local_model(model)
+    folder = local.path
+    res = _detect(model, folder)
+    if res is None:
+        if not template:
+            raise ModelError(_unknown_message(model, folder))
+        res = Resolution("custom", template, "user", None, detail="chat template named by the user")
+    elif template and template != res.template:
+        res.warnings.append(f"template {template!r} overrides {res.template!r} (from {res.detail}): a template that "
+                            "does not match how the model was trained gives garbled or endless answers; keep it "
+                            f"only if the model was trained with {template!r}.")
+        res.template = template
+    res.local_path, res.local_complete = folder, local.complete
+    base = _base_warning(res, model, folder)
+    res.warnings += [base] if base else []
+    if folder is not None and not local.complete:
+        res.warnings.append(f"The local copy at {folder} is not usable yet: {'; '.join(local.problems[:3])}.")
+    return res
