@@ -1,0 +1,440 @@
+"""Download a model in the background through the real hub clients, with progress, cancel, resume and a final check.
+
+The transfer runs in a child process (`python -m engine.models.download worker ...`) watched by a thread:
+- the child gets its own environment, read by the clients at import: `HF_XET_HIGH_PERFORMANCE=1` (Xet
+  high-performance mode) even when the parent already imported huggingface_hub with other settings;
+- cancel is a terminate, which works even while a client blocks inside a read;
+- the job lives in this module (`active_jobs()`), not in a screen, so it survives the TUI changing screens.
+Progress is measured on disk (finished files plus partial `*.incomplete` ones) against the total the child reads
+from the hub's file listing, so it is the same for both clients and counts what a resumed download already has.
+Resume: Hugging Face keeps finished files (their metadata in `<target>/.cache/huggingface/`) and re-fetches only
+the rest; ModelScope also continues a partial file with an HTTP Range request. Nothing is written outside the
+target folder: the ModelScope client's locks go to `<target>/.cache/modelscope`, and Hugging Face is given the
+resolved commit so it records no ref in the shared cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Literal
+
+from engine.errors import ModelError
+from engine.models.cache import CacheCheck, check_model_dir, human_bytes, safetensors_problem
+from engine.models.registry import find_model
+
+Source = Literal["hf", "modelscope", "auto"]
+SITE = {"hf": "Hugging Face", "modelscope": "ModelScope"}
+# Below ~1 MB/s a 8B model takes over 4 hours; the other hub is often 10x faster from the same place.
+SLOW_BPS = 1_000_000
+SLOW_AFTER_S = 20.0
+RATE_WINDOW_S = 5.0
+# huggingface_hub writes plain-HTTP downloads in 10 MiB chunks; 1 MiB keeps progress (and the point a dropped
+# connection resumes from) fine-grained on slow links.
+HF_CHUNK_BYTES = 2**20
+
+
+@dataclass
+class DownloadProgress:
+    """A snapshot of a download, delivered at least every `interval_s` seconds."""
+
+    downloaded_bytes: int = 0
+    """Bytes in the target folder so far (including partial files a resume continues from)."""
+    total_bytes: int | None = None
+    """Size of the repo's files, once the listing arrived."""
+    rate_bps: float = 0.0
+    """Bytes per second over the last few seconds."""
+    eta_s: float | None = None
+    """Seconds left at the current rate (None while unknown)."""
+    done: bool = False
+    """True once the job ended (finished, failed or cancelled)."""
+    error: str | None = None
+    """What went wrong and what to do, when it ended badly (also after a failed completeness check)."""
+    message: str = ""
+    """What is happening, or advice (e.g. switch source when slow)."""
+    check: CacheCheck | None = None
+    """The final completeness check, when the transfer finished."""
+
+
+def is_offline() -> bool:
+    """True when the user said there is no network (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def endpoint(source: str) -> str:
+    """The hub base URL a source uses, honouring HF_ENDPOINT / MODELSCOPE_ENDPOINT like the clients do."""
+    if source == "hf":
+        return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = os.environ.get("MODELSCOPE_ENDPOINT") or os.environ.get("MODELSCOPE_DOMAIN") or "https://modelscope.cn"
+    return (url if url.startswith("http") else "https://" + url).rstrip("/")
+
+
+def _offline_error() -> ModelError:
+    return ModelError("Offline: HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, so nothing can be downloaded. "
+                      "Unset it (export HF_HUB_OFFLINE=0) on a machine with network, or copy the model folder "
+                      "into ./models/<name> and use that path.")
+
+
+def probe_latency(url: str, timeout_s: float) -> float | None:
+    """Seconds until `url` answers at all (any HTTP status counts); None when unreachable within timeout_s."""
+    start = time.monotonic()
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        pass  # the server answered; the status does not matter for reachability
+    except (OSError, ValueError):
+        return None
+    return time.monotonic() - start
+
+
+def pick_source(timeout_s: float = 3.0) -> tuple[str, str]:
+    """("hf" | "modelscope", why) from a quick latency probe of both hubs; ModelError when offline or neither
+    answers. The probes run in parallel, so this takes at most about `timeout_s`."""
+    if is_offline():
+        raise _offline_error()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        latency = dict(zip(("hf", "modelscope"),
+                           pool.map(lambda s: probe_latency(endpoint(s), timeout_s), ("hf", "modelscope"))))
+    reachable = {s: t for s, t in latency.items() if t is not None}
+    if not reachable:
+        raise ModelError(f"Neither {endpoint('hf')} nor {endpoint('modelscope')} answered within {timeout_s:g} s: "
+                         "there seems to be no network (or a proxy is needed: set HTTPS_PROXY). Copy the model "
+                         "into ./models/<name> by other means, or retry when online.")
+    best = min(reachable, key=reachable.get)
+    parts = [f"{SITE[s]} {'answered in %.0f ms' % (t * 1000) if t is not None else 'did not answer'}"
+             for s, t in latency.items()]
+    return best, f"{SITE[best]} chosen: " + ", ".join(parts) + "."
+
+
+def _bytes_on_disk(target: Path) -> int:
+    """Finished files plus partial downloads; the clients' own metadata under .cache/ is not counted."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(target):
+        in_cache = ".cache" in Path(dirpath).relative_to(target).parts
+        for name in filenames:
+            if not in_cache or name.endswith(".incomplete"):
+                try:
+                    total += (Path(dirpath) / name).stat().st_size
+                except OSError:
+                    pass  # renamed between listing and stat
+    return total
+
+
+_JOBS: dict[Path, "DownloadJob"] = {}
+_JOBS_LOCK = threading.Lock()
+
+
+def active_jobs() -> list["DownloadJob"]:
+    """Downloads started in this process that have not ended (a screen that comes back can re-attach)."""
+    with _JOBS_LOCK:
+        return [job for job in _JOBS.values() if not job.progress.done]
+
+
+class DownloadJob:
+    """One model download in a child process, watched by a background thread.
+
+    `on_progress` is called from that thread (a TUI must post a message from it, not touch widgets).
+    """
+
+    def __init__(self, repo_id: str, source: str, target: Path, *, params_b: float | None = None,
+                 on_progress: Callable[[DownloadProgress], None] | None = None, interval_s: float = 1.0,
+                 slow_bps: float = SLOW_BPS, slow_after_s: float = SLOW_AFTER_S, note: str = "") -> None:
+        self.repo_id, self.source, self.target = repo_id, source, Path(target).resolve()
+        self.params_b, self.on_progress, self.interval_s = params_b, on_progress, interval_s
+        self.slow_bps, self.slow_after_s, self.note = slow_bps, slow_after_s, note
+        self.log_tail: deque[str] = deque(maxlen=40)
+        self._progress = DownloadProgress(message=note or f"starting {SITE[source]} download of {repo_id}")
+        self._total: int | None = None
+        self._child_error: str | None = None
+        self._cancelled = threading.Event()
+        self._finished = threading.Event()
+        self._proc: subprocess.Popen | None = None
+        self._readers: list[threading.Thread] = []
+        self._thread = threading.Thread(target=self._watch, name=f"download {repo_id}", daemon=True)
+
+    @property
+    def progress(self) -> DownloadProgress:
+        """The latest progress snapshot."""
+        return self._progress
+
+    def start(self) -> DownloadJob:
+        with _JOBS_LOCK:
+            other = _JOBS.get(self.target)
+            if other is not None and not other.progress.done:
+                raise ModelError(f"A download into {self.target} is already running; wait for it or cancel it.")
+            _JOBS[self.target] = self
+        self.target.mkdir(parents=True, exist_ok=True)
+        self._drop_broken_files()
+        self._proc = subprocess.Popen(self._command(), env=self._child_env(), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._readers = [threading.Thread(target=self._read_events, daemon=True),
+                         threading.Thread(target=self._read_log, daemon=True)]
+        for reader in self._readers:
+            reader.start()
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        """Stop the transfer; what is on disk stays, and starting the same download again resumes it."""
+        self._cancelled.set()
+        _terminate(self._proc)
+
+    def wait(self, timeout: float | None = None) -> DownloadProgress:
+        """Block until the job ended (or timeout); returns the latest progress."""
+        self._finished.wait(timeout)
+        return self._progress
+
+    # ---- child process
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "engine.models.download", "worker", "--source", self.source,
+                "--repo", self.repo_id, "--target", str(self.target)]
+
+    @staticmethod
+    def _child_env() -> dict[str, str]:
+        env = dict(os.environ, HF_XET_HIGH_PERFORMANCE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+                   TQDM_DISABLE="1", PYTHONUNBUFFERED="1")
+        env.pop("HF_HUB_ENABLE_HF_TRANSFER", None)  # deprecated by huggingface_hub in favour of Xet
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def _drop_broken_files(self) -> None:
+        """Clear what would stop a resume from finishing, inside the target only.
+
+        huggingface_hub names each attempt's partial file uniquely and never reuses one (a killed run's leftovers
+        would only inflate the byte count), and it trusts a file its metadata lists even when it was truncated
+        later; ModelScope re-checks sizes itself. So: drop HF partials, and any safetensors file whose size
+        contradicts its own header, with its HF metadata, so that it is fetched again.
+        """
+        hf_meta = self.target / ".cache" / "huggingface" / "download"
+        if self.source == "hf" and hf_meta.is_dir():
+            for stale in hf_meta.rglob("*.incomplete"):
+                stale.unlink(missing_ok=True)
+        for weights in self.target.rglob("*.safetensors"):
+            if ".cache" not in weights.relative_to(self.target).parts and safetensors_problem(weights)[0]:
+                weights.unlink()
+                (hf_meta / (str(weights.relative_to(self.target)) + ".metadata")).unlink(missing_ok=True)
+
+    def _read_events(self) -> None:
+        assert self._proc and self._proc.stdout
+        for line in self._proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.log_tail.append(line.rstrip())
+                continue
+            if event.get("event") == "listing":
+                self._total = int(event["total_bytes"])
+            elif event.get("event") == "error":
+                self._child_error = event["message"]
+
+    def _read_log(self) -> None:
+        assert self._proc and self._proc.stderr
+        for line in self._proc.stderr:
+            if line.strip():
+                self.log_tail.append(line.rstrip())
+
+    # ---- watching
+    def _watch(self) -> None:
+        samples: deque[tuple[float, int]] = deque()
+        slow_since: float | None = None
+        assert self._proc is not None
+        while self._proc.poll() is None:
+            now, done_bytes = time.monotonic(), _bytes_on_disk(self.target)
+            samples.append((now, done_bytes))
+            while samples and now - samples[0][0] > RATE_WINDOW_S:
+                samples.popleft()
+            rate = _rate(samples)
+            slow_since = None if rate >= self.slow_bps or self._total is None else (slow_since or now)
+            message = self._slow_message(rate) if slow_since and now - slow_since >= self.slow_after_s else ""
+            self._publish(_progress(done_bytes, self._total, rate, message or self._running_message()))
+            self._cancelled.wait(self.interval_s)
+            if self._cancelled.is_set():
+                _terminate(self._proc)
+        for reader in self._readers:  # the child's last words (its error event) arrive after it exited
+            reader.join(timeout=5)
+        self._publish(self._final())
+        self._finished.set()
+
+    def _running_message(self) -> str:
+        if self._total is None:
+            return self.note or f"asking {SITE[self.source]} for the file list of {self.repo_id}"
+        return f"downloading {self.repo_id} from {SITE[self.source]} into {self.target}"
+
+    def _slow_message(self, rate: float) -> str:
+        other = "modelscope" if self.source == "hf" else "hf"
+        entry = find_model(self.repo_id)
+        if other == "modelscope" and entry is not None and not entry.ms_id:
+            return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
+        return (f"Slow: {human_bytes(rate)}/s from {SITE[self.source]} for {self.slow_after_s:.0f} s. Try the other "
+                f"hub: cancel and run `lf-assistant models download {self.repo_id} --source {other}` "
+                "(finished files are kept).")
+
+    def _final(self) -> DownloadProgress:
+        done_bytes = _bytes_on_disk(self.target)
+        base = _progress(done_bytes, self._total, 0.0, "")
+        if self._cancelled.is_set():
+            return replace(base, done=True, error=f"cancelled: {human_bytes(done_bytes)} kept in {self.target}; "
+                                                  "start the same download again to resume.")
+        if self._proc is not None and self._proc.returncode != 0:
+            reason = self._child_error or (self.log_tail[-1] if self.log_tail else f"exit {self._proc.returncode}")
+            return replace(base, done=True, error=f"download failed: {reason}")
+        check = check_model_dir(self.target, params_b=self.params_b)
+        if not check.complete:
+            return replace(base, done=True, check=check,
+                           error=f"the download ended but the folder is not complete: {'; '.join(check.problems)}. "
+                                 "Run the same download again to fetch what is missing.")
+        return replace(base, done=True, check=check, message=check.summary())
+
+    def _publish(self, progress: DownloadProgress) -> None:
+        self._progress = progress
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+
+def _rate(samples: deque[tuple[float, int]]) -> float:
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return 0.0
+    return max(0.0, (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0]))
+
+
+def _progress(done_bytes: int, total: int | None, rate: float, message: str) -> DownloadProgress:
+    shown = min(done_bytes, total) if total else done_bytes
+    eta = (total - shown) / rate if total and rate > 0 else None
+    return DownloadProgress(shown, total, rate, eta, message=message)
+
+
+def _terminate(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@atexit.register
+def _stop_children() -> None:
+    """A download must not outlive the program that started it unobserved."""
+    for job in active_jobs():
+        _terminate(job._proc, grace_s=1.0)
+
+
+def start_download(model_id: str, *, source: Source = "auto", out_dir: str | Path | None = None,
+                   on_progress: Callable[[DownloadProgress], None] | None = None,
+                   interval_s: float = 1.0) -> DownloadJob:
+    """Start downloading a registry model or any hub id into `out_dir` (default ./models/<name>).
+
+    Raises ModelError at once when offline, when the model is a built-in demo, or when it is not on the chosen hub.
+    """
+    entry = find_model(model_id)
+    if entry is not None and entry.family == "demo":
+        raise ModelError(f"{entry.id} is a built-in demo model: it is built locally, not downloaded "
+                         "(`lf-assistant demo-model`).")
+    if is_offline():
+        raise _offline_error()
+    note = ""
+    if source == "auto":
+        source, note = pick_source()
+    if source not in SITE:
+        raise ModelError(f"Unknown download source {source!r}: use hf, modelscope or auto.")
+    repo_id = (entry.hf_id if source == "hf" else entry.ms_id) if entry else model_id
+    if not repo_id:
+        raise ModelError(f"{model_id} is not hosted on {SITE[source]}; use --source hf.")
+    target = Path(out_dir) if out_dir else Path("models") / repo_id.split("/")[-1]
+    job = DownloadJob(repo_id, source, target, params_b=entry.params_b if entry else None,
+                      on_progress=on_progress, interval_s=interval_s, note=note)
+    return job.start()
+
+
+# ---------------------------------------------------------------------------------------------- child process
+def _emit(event: str, **fields) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def _hf_transfer(repo_id: str, target: Path) -> None:
+    import huggingface_hub.constants as hf_constants
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.hf_api import RepoFile
+
+    hf_constants.DOWNLOAD_CHUNK_SIZE = HF_CHUNK_BYTES
+    api = HfApi()
+    commit = api.repo_info(repo_id).sha
+    files = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit) if isinstance(f, RepoFile)]
+    _emit("listing", total_bytes=sum(f.size or 0 for f in files), files=len(files))
+    # A commit hash as revision: nothing is recorded under the shared cache's refs/, only inside target.
+    snapshot_download(repo_id, revision=commit, local_dir=target, max_workers=4)
+
+
+def _ms_transfer(repo_id: str, target: Path) -> None:
+    cache = str(target / ".cache" / "modelscope")  # the client's lock files stay inside the target
+    try:
+        # modelscope >= 1.38 delegates to modelscope_hub; importing it directly skips ~3 s of modelscope imports.
+        from modelscope_hub.api import HubApi
+        from modelscope_hub.compat.snapshot_download import snapshot_download
+    except ImportError:
+        from modelscope.hub.snapshot_download import snapshot_download
+
+        snapshot_download(repo_id, local_dir=str(target), cache_dir=cache)
+        return
+    files = [f for f in HubApi().list_repo_files(repo_id, "model") if not f.is_dir]
+    _emit("listing", total_bytes=sum(f.size for f in files), files=len(files))
+    snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4)
+
+
+def _explain(exc: BaseException, source: str, repo_id: str, target: Path) -> str:
+    """Turn a client exception into what happened and what to do next."""
+    name, text = type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    other = "modelscope" if source == "hf" else "hf"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if name in ("RepositoryNotFoundError", "NotExistError") or status == 404:
+        hint = " Meta, Google and Mistral weights usually live under LLM-Research/ there." if source != "hf" else ""
+        return (f"{repo_id} was not found on {SITE[source]} ({endpoint(source)}). Check the id, or try "
+                f"--source {other}.{hint}")
+    if name in ("GatedRepoError", "AuthenticationError", "PermissionDeniedError") or status in (401, 403):
+        login = "`hf auth login` (or set HF_TOKEN)" if source == "hf" else "`modelscope login`"
+        return (f"{repo_id} on {SITE[source]} needs an account that accepted its license: accept it on the model "
+                f"page, log in with {login}, then run the download again.")
+    if isinstance(exc, OSError) and getattr(exc, "errno", None) == 28:
+        return f"Disk full while writing {target}: free some space, then run the same download again to resume."
+    if isinstance(exc, (ConnectionError, TimeoutError)) or any(
+            k in name for k in ("Connect", "Timeout", "Network", "Protocol")):
+        return (f"Cannot reach {endpoint(source)} ({name}: {text}). Check the network or proxy (HTTPS_PROXY), or "
+                f"use --source {other}; run the same download again to resume.")
+    return f"{name}: {text}"
+
+
+def _worker(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.models.download worker")
+    parser.add_argument("--source", choices=("hf", "modelscope"), required=True)
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--target", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent as a sentence
+        _emit("error", message=_explain(exc, args.source, args.repo, args.target), kind=type(exc).__name__)
+        return 1
+    _emit("done", path=str(args.target))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["worker"]:
+        sys.exit("usage: python -m engine.models.download worker --source hf|modelscope --repo ID --target DIR")
+    sys.exit(_worker(sys.argv[2:]))
