@@ -22,7 +22,9 @@ from engine.config import TrainConfig, validate
 from engine.errors import ConfigError, EngineError
 from engine.rundir import RunDir
 from engine.training import checkpoint as ckpt
-from engine.training.loop import RunLogger, StopFlag, batches_for_epoch, split_validation, steps_per_epoch
+from engine.parallel import setup_strategy
+from engine.training.batching import build_batcher
+from engine.training.loop import RunLogger, StopFlag, split_validation
 from engine.training.loss import causal_lm_loss_sum
 from engine.training.plot import plot_loss
 from engine.training.schedule import build_scheduler, warmup_steps_for
@@ -33,7 +35,8 @@ from engine.training.setup import (choose_precision, resolve_model_path, resolve
 def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | None = None) -> dict:
     """Train as the config says, recording everything in ``run``. Returns the final status."""
     stop = stop or StopFlag()
-    logger = RunLogger(run, on_log)
+    strategy = setup_strategy(config)
+    logger = RunLogger(run, on_log, enabled=strategy.is_main)
     problems = validate(config)
     if problems:
         raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
@@ -86,11 +89,12 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
             model.enable_input_require_grads()
     model.train()
     trainable, total = count_parameters(model)
+    train_model = strategy.wrap(model, config)  # DDP / FSDP2 wrap here; `model` stays the one we save
     logger.info(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)")
 
     # 4. Optimizer and schedule over the planned number of steps.
-    per_epoch = steps_per_epoch(len(train_samples), config.per_device_train_batch_size,
-                                config.gradient_accumulation_steps)
+    batcher = build_batcher(config, train_samples, collate)
+    per_epoch = batcher.steps_per_epoch()
     total_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * per_epoch)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
@@ -112,11 +116,12 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
         logger.info(f"resumed from {resume_from} at step {step}")
     elif config.resume_from_checkpoint:
         logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
-    run.update_status(state="running", step=step, total_steps=total_steps, output_dir=str(output_dir),
-                      template=template.name, base_model=model_path, device=str(precision.device))
+    logger.status(state="running", step=step, total_steps=total_steps, output_dir=str(output_dir),
+                  template=template.name, base_model=model_path, device=str(precision.device),
+                  parallel=strategy.name, world_size=strategy.world_size)
 
     def save_model(folder: Path) -> None:
-        method.save(model, folder)
+        strategy.save_model(lambda target: method.save(model, target), folder)
 
     def evaluate() -> float:
         model.eval()
@@ -124,31 +129,31 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
         with torch.no_grad(), autocast(precision):
             for i in range(0, len(eval_samples), config.per_device_eval_batch_size):
                 batch = to_device(collate(eval_samples[i:i + config.per_device_eval_batch_size]), precision.device)
-                part, n = causal_lm_loss_sum(model, batch, fused_linear_ce=fused_linear_ce)
+                part, n = causal_lm_loss_sum(train_model, batch, fused_linear_ce=fused_linear_ce)
                 loss_sum, tokens = loss_sum + float(part), tokens + n
         model.train()
-        return loss_sum / max(tokens, 1)
+        return strategy.sum_across_ranks(loss_sum) / max(strategy.sum_across_ranks(tokens), 1)
 
     # 6. The loop: one optimizer step per group of micro-batches, loss normalised by the group's trained tokens.
     eval_every = config.eval_steps or config.logging_steps * 10
     logger.start_timer(step, total_steps)
     while step < total_steps and not stop.requested:
-        groups = batches_for_epoch(len(train_samples), config.per_device_train_batch_size,
-                                   config.gradient_accumulation_steps, seed=config.seed + epoch)
+        groups = strategy.shard_groups(batcher.groups(epoch))
         for group_index in range(start_group, len(groups)):
-            micro_batches = [to_device(collate([train_samples[i] for i in ids]), precision.device)
-                             for ids in groups[group_index]]
+            micro_batches = [to_device(batcher.collate(ids), precision.device) for ids in groups[group_index]]
             step_tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro_batches)
+            denominator = strategy.loss_denominator(step_tokens)
             step_loss = 0.0
             for batch in micro_batches:
                 with autocast(precision):
-                    loss_sum, _ = causal_lm_loss_sum(model, batch, fused_linear_ce=fused_linear_ce)
-                    loss = loss_sum / max(step_tokens, 1)
+                    loss_sum, _ = causal_lm_loss_sum(train_model, batch, fused_linear_ce=fused_linear_ce)
+                    loss = loss_sum / denominator
                 (scaler.scale(loss) if scaler else loss).backward()
-                step_loss += float(loss)
+                step_loss += float(loss.detach())
             if scaler:
                 scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf"))
+            grad_norm = strategy.clip_grad_norm(params, config.max_grad_norm)
+            step_loss = strategy.sum_across_ranks(step_loss)
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()
@@ -171,19 +176,24 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
                                               save_only_model=config.save_only_model,
                                               total_limit=config.save_total_limit)
                 logger.event("checkpoint_saved", step=step, path=str(folder))
-                run.update_status(last_checkpoint=str(folder))
+                logger.status(last_checkpoint=str(folder))
             if step >= total_steps or stop.requested:
                 break
         else:
             epoch, start_group = epoch + 1, 0
 
+    train_runtime = logger.elapsed()
     if stop.requested:
         logger.event("stopped", step=step)
-        return run.update_status(state="stopped", step=step, finished_at=time.time(),
+        strategy.close()
+        return logger.status(state="stopped", step=step, finished_at=time.time(),
                                  exit_reason=f"stopped by request ({stop.reason}) at step {step}")
 
     # 7. The result: adapter or model, tokenizer carrying the chat template, what produced it, the loss plot.
     save_model(output_dir)
+    strategy.close()
+    if not strategy.is_main:
+        return {"state": "completed", "step": step}
     save_tokenizer_with_template(tokenizer, template, output_dir)
     write_training_info(output_dir, base_model=model_path, method=config.method, template_name=template.name,
                         stage="sft", run_id=run.run_id)
@@ -196,7 +206,9 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
     logger.info(f"done: {step} steps, final loss {losses[-1] if losses else float('nan'):.4f}, "
                 f"output in {output_dir}")
     return run.update_status(state="completed", step=step, finished_at=time.time(), exit_reason="completed",
-                             final_loss=losses[-1] if losses else None, runtime_s=logger.elapsed())
+                             final_loss=losses[-1] if losses else None, runtime_s=logger.elapsed(),
+                             train_runtime_s=train_runtime, num_input_tokens_seen=logger.input_tokens_seen,
+                             num_trained_tokens=logger.trained_tokens_seen)
 
 
 def autocast(precision):

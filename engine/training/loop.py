@@ -55,15 +55,24 @@ class StopFlag:
 class RunLogger:
     """Writes train.log, metrics.jsonl, events.jsonl and the live fields of status.json; calls ``on_log``."""
 
-    def __init__(self, run: RunDir, on_log: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, run: RunDir, on_log: Callable[[dict], None] | None = None, *, enabled: bool = True) -> None:
         self.run = run
         self.on_log = on_log
+        self.enabled = enabled  # False on every rank but the first: one writer per run folder
         self.window: list[tuple[float, float, int, int]] = []
+        self.extra_window: list[dict[str, float]] = []
         self.started = time.time()
         self.first_step = 0
         self.total_steps = 0
+        self.input_tokens_seen = 0
+        self.trained_tokens_seen = 0
+
+    def status(self, **fields) -> dict:
+        return self.run.update_status(**fields) if self.enabled else fields
 
     def info(self, message: str) -> None:
+        if not self.enabled:
+            return
         line = f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {message}"
         with open(self.run.log_path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
@@ -73,11 +82,14 @@ class RunLogger:
     def note(self, message: str) -> None:
         """Something the user should know about how the run differs from what was asked."""
         self.info(f"NOTE: {message}")
+        if not self.enabled:
+            return
         notes = self.run.read_status().get("notes", [])
         self.run.update_status(notes=[*notes, message])
 
     def event(self, kind: str, **data) -> None:
-        self.run.append_event(kind, **data)
+        if self.enabled:
+            self.run.append_event(kind, **data)
 
     def start_timer(self, step: int, total_steps: int) -> None:
         self.started, self.first_step, self.total_steps = time.time(), step, total_steps
@@ -87,8 +99,13 @@ class RunLogger:
         return time.time() - self.started
 
     def step(self, step: int, loss: float, grad_norm: float, lr: float, input_tokens: int, trained_tokens: int,
-             epoch: float, *, log_now: bool) -> None:
+             epoch: float, *, log_now: bool, extra: dict[str, float] | None = None) -> None:
+        """Record one optimizer step; on ``log_now`` write the window's means. ``extra`` holds a recipe's own
+        per-step metrics (e.g. DPO's rewards/accuracies), averaged over the window like the loss."""
         self.window.append((loss, grad_norm, input_tokens, trained_tokens))
+        self.extra_window.append(extra or {})
+        self.input_tokens_seen += input_tokens
+        self.trained_tokens_seen += trained_tokens
         if not log_now:
             return
         now = time.time()
@@ -101,9 +118,13 @@ class RunLogger:
                "loss": round(sum(losses) / len(losses), 6), "grad_norm": round(sum(norms) / len(norms), 6),
                "learning_rate": lr, "tokens_per_second": round(sum(inputs) / window_s, 1),
                "trained_tokens_per_second": round(sum(trained) / window_s, 1),
-               "elapsed_s": round(elapsed, 2), "eta_s": round(eta, 1) if eta is not None else None,
+               "num_input_tokens_seen": self.input_tokens_seen, "elapsed_s": round(elapsed, 2),
+               "eta_s": round(eta, 1) if eta is not None else None,
                "time": now}
-        self.window, self.window_started = [], now
+        row.update(_window_means(self.extra_window))
+        self.window, self.extra_window, self.window_started = [], [], now
+        if not self.enabled:
+            return
         self.run.append_metric(row)
         self.run.update_status(step=step, loss=row["loss"], eta_s=row["eta_s"], elapsed_s=row["elapsed_s"])
         loss_text = "nan" if math.isnan(row["loss"]) else f"{row['loss']:.4f}"
@@ -114,8 +135,16 @@ class RunLogger:
 
     def eval(self, step: int, eval_loss: float, epoch: float) -> None:
         row = {"step": step, "epoch": round(epoch, 4), "eval_loss": round(eval_loss, 6), "time": time.time()}
+        if not self.enabled:
+            return
         self.run.append_metric(row)
         self.event("eval", step=step, eval_loss=row["eval_loss"])
         self.info(f"step {step} eval_loss {eval_loss:.4f}")
         if self.on_log:
             self.on_log(row)
+
+
+def _window_means(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each extra metric over the steps of a logging window that reported it."""
+    keys = dict.fromkeys(k for row in rows for k in row)
+    return {k: round(sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r), 6) for k in keys}
