@@ -1,0 +1,68 @@
+"""`lf-assistant gpus`: which GPUs this machine has, which are free, and what a run would use."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+CPU_SPEED_NOTE = (
+    "On CPU only tiny models train at a usable speed (the demo model: ~5,000 tokens/s; a 0.5B model would take "
+    "hours per epoch). Training runs in fp32: bf16 on a CPU without bf16 units is 10-20x slower."
+)
+
+
+def gpus(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON (for scripts).")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each vendor tool.")] = 10.0,
+) -> None:
+    """List GPUs with memory use, utilisation and what holds busy ones; say which would be used."""
+    # engine.devices imports neither torch nor transformers at module level: this command stays fast.
+    from engine.devices import detect_devices, selection_advice
+
+    console = Console()
+    with console.status("Asking amd-smi / rocm-smi / nvidia-smi...") if not json_out else _no_status():
+        report = detect_devices(timeout_s=timeout)
+    advice = selection_advice(report)
+    if json_out:
+        payload = {**report.to_dict(), "advice": {"kind": advice.kind, "candidates": advice.candidates,
+                                                  "message": advice.message}}
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    if report.gpus:
+        console.print(_gpu_table(report))
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]", highlight=False)
+    console.print(advice.message, style="bold green" if advice.kind == "single" else "bold")
+    if advice.kind == "cpu":
+        console.print(CPU_SPEED_NOTE, style="dim")
+
+
+def _gpu_table(report) -> Table:
+    table = Table(title=f"GPUs ({report.platform}, from {report.tool})", title_justify="left")
+    for column, justify in (("index", "right"), ("name", "left"), ("memory used", "right"), ("total", "right"),
+                            ("util", "right"), ("state", "left")):
+        # Names and numbers stay on one line; only the state column (process list) wraps on narrow terminals.
+        table.add_column(column, justify=justify, no_wrap=column != "state")
+    for gpu in report.gpus:
+        util = "?" if gpu.utilization_pct is None else f"{gpu.utilization_pct:.0f}%"
+        if gpu.free:
+            state = "[green]free[/green]"
+        else:
+            state = "[red]busy[/red]" + (f" by {', '.join(gpu.processes)}" if gpu.processes else "")
+        table.add_row(str(gpu.index), gpu.name, f"{gpu.memory_used_mib / 1024:.1f} GiB",
+                      f"{gpu.memory_total_mib / 1024:.1f} GiB", util, state)
+    return table
+
+
+class _no_status:
+    """Stand-in for console.status when printing JSON: a spinner would corrupt the output."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
