@@ -140,11 +140,13 @@ class DeviceChoice:
     def from_dict(cls, data: Mapping) -> DeviceChoice:
         platform = data.get("platform")
         if platform not in ("cuda", "rocm", "cpu"):
-            raise DeviceError(f"device.json names platform {platform!r}; expected cuda, rocm or cpu. Choose GPUs again.")
+            raise DeviceError(f"device.json names platform {platform!r}, not cuda, rocm or cpu. Choose GPUs again.")
         return cls(platform=platform, indices=[int(i) for i in data.get("indices", [])])
 
 
-def detect_devices(*, timeout_s: float = 10.0, env: Mapping[str, str] | None = None, probe_torch: bool = True) -> DeviceReport:
+def detect_devices(
+    *, timeout_s: float = 10.0, env: Mapping[str, str] | None = None, probe_torch: bool = True
+) -> DeviceReport:
     """Ask amd-smi, rocm-smi, nvidia-smi, then torch; the first that reports a GPU answers."""
     env = dict(os.environ if env is None else env)
     notes: list[str] = []
@@ -177,7 +179,7 @@ def detect_devices(*, timeout_s: float = 10.0, env: Mapping[str, str] | None = N
 def selection_advice(report: DeviceReport) -> Selection:
     """One free GPU: use it. Several: ask single or multi. None free: ask (wait, share, pick). No GPU: CPU."""
     if not report.gpus:
-        return Selection("cpu", [], "No GPU found: training runs on the CPU (tiny models only; hours for a 0.5B model).")
+        return Selection("cpu", [], "No GPU found: training runs on the CPU (tiny models only; a 0.5B model: hours).")
     free = [gpu.index for gpu in report.free]
     if len(free) == 1:
         return Selection("single", free, f"GPU {free[0]} is free: it will be used.")
@@ -390,7 +392,7 @@ def _detect_with_torch(notes: list[str]) -> DeviceReport | None:
 def _visibility_notes(env: Mapping[str, str], platform: Platform) -> list[str]:
     names = ("CUDA_VISIBLE_DEVICES",) if platform == "cuda" else ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
                                                                  "CUDA_VISIBLE_DEVICES")
-    return [f"{name}={env[name]} is set in this shell; the run's own choice replaces it" for name in names if name in env]
+    return [f"{name}={env[name]} is set in this shell; the run's choice replaces it" for name in names if name in env]
 
 
 # --- small value helpers ---

@@ -16,7 +16,7 @@ def demo_model(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Folder to write the model into (default ./models/<name>).")
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a finished build is already there.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a finished build is there.")] = False,
 ) -> Path:
     """Build a tiny random-weight demo model offline (a few seconds) and print its folder."""
     # Imported here: the engine pulls in torch/transformers (seconds), which `lf-assistant --help` must not pay.

@@ -43,7 +43,7 @@ def check_quantization(quantization_bit: int | None, device: str) -> None:
     if quantization_bit is None:
         return
     if quantization_bit not in (4, 8):
-        raise ConfigError(f"quantization_bit must be 4 or 8 (got {quantization_bit}); or remove it to train unquantized.")
+        raise ConfigError(f"quantization_bit must be 4 or 8 (got {quantization_bit}); remove it to train unquantized.")
     import torch
 
     if not torch.cuda.is_available() or not device.startswith("cuda"):
@@ -105,7 +105,8 @@ def check_model_folder(
     if reason and not trust_remote_code:
         raise ModelError(
             f"{folder} ships its own Python code ({reason}), and running it needs your consent. If you trust its "
-            "author, set `trust_remote_code: true` in the config; otherwise pick a model transformers supports natively."
+            "author, set `trust_remote_code: true` in the config; otherwise pick a model transformers supports "
+            "natively."
         )
 
 
@@ -265,7 +266,7 @@ def _missing_path_message(text: str) -> str:
     from engine.models.demo import DEMO_MODELS
 
     if text in DEMO_MODELS:
-        return f"The demo model {text} is not built yet. Build it with `lf-assistant demo-model {text}` (seconds, offline)."
+        return f"The demo model {text} is not built yet. Build it with `lf-assistant demo-model {text}` (offline)."
     return (
         f"No model folder at {text} (resolved to {Path(text).expanduser().resolve()}), and it is not a hub id "
         "of the form org/name. Check the path, or use `lf-assistant demo-model` for an offline demo model."

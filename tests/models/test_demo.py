@@ -80,7 +80,9 @@ class _ForceTokenAt(LogitsProcessor):
         return scores
 
 
-@pytest.mark.parametrize(("fixture", "end_of_turn"), [("demo_model_dir", "<|im_end|>"), ("demo_llama_dir", "<|eot_id|>")])
+@pytest.mark.parametrize(
+    ("fixture", "end_of_turn"), [("demo_model_dir", "<|im_end|>"), ("demo_llama_dir", "<|eot_id|>")]
+)
 def test_generate_stops_at_end_of_turn(request, fixture, end_of_turn):
     folder = request.getfixturevalue(fixture)
     model = AutoModelForCausalLM.from_pretrained(folder)

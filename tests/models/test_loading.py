@@ -63,9 +63,10 @@ def test_qlora_refused_on_cpu_before_anything_loads():
 def test_qlora_without_bitsandbytes_says_how_to_install(monkeypatch):
     real_find_spec = loading.importlib.util.find_spec
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(
-        loading.importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a)
-    )
+    def find_spec(name, *args):
+        return None if name == "bitsandbytes" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(loading.importlib.util, "find_spec", find_spec)
     with pytest.raises(DeviceError, match=r"pip install lf-assistant\[bnb\]"):
         load_model("/no/such/model", device="cuda", quantization_bit=8)
 
