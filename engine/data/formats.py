@@ -1,0 +1,238 @@
+"""One raw row (alpaca or sharegpt, as dataset_info.json describes it) -> the engine's one internal example format.
+
+Normalized example:
+    {"messages": [{"role": "user" | "assistant" | "function_call" | "observation", "content": str}, ...],
+     "system": str | None, "tools": str | None, "source": "<dataset>:<row number>"}
+Messages alternate: user or observation at even positions, assistant or function_call at odd ones. SFT examples end
+with an assistant-side turn; ranking (preference) examples end with a user-side turn and carry "chosen" and
+"rejected" answers. Row numbers count from 1, like lines in an editor.
+
+The conversion follows LLaMA-Factory's converters (the same columns, tags and joins), so a file that trains there
+reads the same here; where LF silently drops a broken row, this raises a RowError that names the row, the field and
+the fix. The validator (engine.data.check) runs this same code, so "check passes" means "the loader accepts it".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.data.registry import DatasetSpec
+from engine.errors import DataError
+
+USER, ASSISTANT, FUNCTION, OBSERVATION = "user", "assistant", "function_call", "observation"
+USER_SIDE = (USER, OBSERVATION)
+ASSISTANT_SIDE = (ASSISTANT, FUNCTION)
+UNSUPPORTED_COLUMNS = ("images", "videos", "audios", "kto_tag")
+
+# Role names seen in the wild, mapped to the engine's roles (used by the validator and `convert_file`).
+ROLE_ALIASES: dict[str, str] = {
+    "human": USER, "user": USER, "prompter": USER, "question": USER,
+    "gpt": ASSISTANT, "assistant": ASSISTANT, "bot": ASSISTANT, "model": ASSISTANT, "chatgpt": ASSISTANT,
+    "ai": ASSISTANT, "answer": ASSISTANT, "bard": ASSISTANT,
+    "observation": OBSERVATION, "tool": OBSERVATION, "ipython": OBSERVATION, "function_response": OBSERVATION,
+    "function_call": FUNCTION, "function": FUNCTION, "tool_call": FUNCTION, "tool_calls": FUNCTION,
+    "system": "system",
+}
+
+
+class RowError(DataError):
+    """A problem with one row: `where` (dataset and row), the `field` at fault and the `detail` with its fix."""
+
+    def __init__(self, where: str, field: str | None, detail: str) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.where, self.field, self.detail = where, field, detail
+
+
+def require_supported(spec: DatasetSpec) -> None:
+    """Refuse dataset kinds this text-only SFT/DPO engine cannot train on, before any row is read."""
+    used = [key for key in UNSUPPORTED_COLUMNS if spec.columns.get(key)]
+    if used:
+        raise DataError(f"Dataset {spec.name!r} uses the {', '.join(used)} column(s): multimodal and KTO datasets "
+                        "are not supported yet. Use a text-only SFT or preference dataset.")
+
+
+def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
+    """One raw row (its 0-based position is `index`) -> a normalized example; RowError naming the row otherwise."""
+    where = f"{spec.name}: row {index + 1}"
+    if not isinstance(record, dict):
+        raise RowError(where, None, f"is a {type(record).__name__}, not an object with named fields.")
+    require_supported(spec)
+    if spec.formatting == "alpaca":
+        example = _convert_alpaca(record, spec, where)
+    else:
+        example = _convert_sharegpt(record, spec, where)
+    if example.get("system") is None:
+        example["system"] = _optional_text(record, spec.column("system"), where)
+    example["tools"] = _tools_text(record, spec.column("tools"), where)
+    example["source"] = f"{spec.name}:{index + 1}"
+    return example
+
+
+def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
+    messages = _alpaca_history(record, spec.column("history"), where)
+    parts = []
+    for key in ("prompt", "query"):
+        column = spec.column(key)
+        value = record.get(column) if column else None
+        if value is not None and not isinstance(value, str):
+            raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({value!r:.60}).")
+        if value:
+            parts.append(value)
+    if not parts:
+        raise RowError(where, spec.column("prompt"), f"no instruction: {spec.column('prompt')!r} is missing or "
+                       f"empty (the row has: {', '.join(record) or 'no fields'}).")
+    messages.append({"role": USER, "content": "\n".join(parts)})
+    if spec.ranking:
+        chosen = _answer_text(record, spec.column("chosen"), where, "chosen answer")
+        rejected = _answer_text(record, spec.column("rejected"), where, "rejected answer")
+        return {"messages": messages, "system": None, "chosen": chosen, "rejected": rejected}
+    response_column = spec.column("response")
+    if response_column not in record and set(record) <= {spec.column("prompt"), spec.column("query")}:
+        raise RowError(where, response_column, f"only {', '.join(map(repr, record))}, no answer: this looks like "
+                       "pre-training text. lf-assistant trains on instruction/answer pairs (sft) and preferences.")
+    messages.append({"role": ASSISTANT, "content": _answer_text(record, response_column, where, "answer")})
+    return {"messages": messages, "system": None}
+
+
+def _alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:
+    history = _maybe_json(record.get(column)) if column else None
+    if history is None:
+        return []
+    if not isinstance(history, list):
+        raise RowError(where, column, f"{column!r} must be a list of [instruction, answer] pairs.")
+    messages = []
+    for number, pair in enumerate(history, start=1):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise RowError(where, column, f"{column!r} item {number} must be a pair of texts "
+                           f"[\"instruction\", \"answer\"], not {pair!r:.80}.")
+        messages += [{"role": USER, "content": pair[0]}, {"role": ASSISTANT, "content": pair[1]}]
+    return messages
+
+
+def _answer_text(record: dict, column: str | None, where: str, what: str) -> str:
+    value = record.get(column) if column else None
+    if isinstance(value, dict):  # sharegpt-style {"from": "gpt", "value": ...} in an alpaca file
+        value = value.get("value", value.get("content"))
+    if value is None:
+        raise RowError(where, column, f"no {what}: {column!r} is missing. Every row needs the answer to train on.")
+    if not isinstance(value, str):
+        raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({value!r:.60}).")
+    if not value.strip():
+        raise RowError(where, column, f"{column!r} is empty: write the {what}, or remove the row.")
+    return value
+
+
+def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
+    column = spec.column("messages")
+    raw = _maybe_json(record.get(column))
+    if not isinstance(raw, list) or not raw:
+        fields = ", ".join(record) or "no fields"
+        raise RowError(where, column, f"{column!r} must be a non-empty list of messages (the row has: {fields}).")
+    role_tag, system_tag = spec.tag("role_tag"), spec.tag("system_tag")
+    system = None
+    if isinstance(raw[0], dict) and system_tag and raw[0].get(role_tag) == system_tag:
+        system = _message_text(raw[0], spec, where, 1, column)
+        raw = raw[1:]
+    tag_roles = {spec.tag("user_tag"): USER, spec.tag("assistant_tag"): ASSISTANT,
+                 spec.tag("observation_tag"): OBSERVATION, spec.tag("function_tag"): FUNCTION}
+    messages = []
+    for position, message in enumerate(raw):
+        number = position + 1 + (system is not None)
+        role = _message_role(message, tag_roles, spec, position, where, number, column)
+        messages.append({"role": role, "content": _message_text(message, spec, where, number, column)})
+    example: dict[str, Any] = {"messages": messages, "system": system}
+    if spec.ranking:
+        if len(messages) % 2 != 1:
+            raise RowError(where, column, f"a preference row's {column!r} must end with the user's turn "
+                           f"({len(messages)} messages found); the answers go in chosen/rejected.")
+        example["chosen"] = _ranked_answer(record, spec, "chosen", tag_roles, where)
+        example["rejected"] = _ranked_answer(record, spec, "rejected", tag_roles, where)
+    elif len(messages) % 2 != 0:
+        raise RowError(where, column, f"the conversation ends with a user-side turn, so there is no answer to "
+                       f"train on ({len(messages)} messages). Add the assistant's reply or drop the last message.")
+    return example
+
+
+def _message_role(message: Any, tag_roles: dict, spec: DatasetSpec, position: int, where: str, number: int,
+                  column: str) -> str:
+    role_tag = spec.tag("role_tag")
+    if not isinstance(message, dict):
+        raise RowError(where, column, f"message {number} is a {type(message).__name__}, not an object.")
+    tag = message.get(role_tag)
+    if tag not in tag_roles:
+        found = f"no {role_tag!r} key (keys: {', '.join(message)})" if tag is None else f"the role {tag!r}"
+        raise RowError(where, column, f"message {number} has {found}; expected one of {', '.join(tag_roles)} "
+                       "(set \"tags\" in dataset_info.json, or write a fixed copy with --fix).")
+    expected = USER_SIDE if position % 2 == 0 else ASSISTANT_SIDE
+    if tag_roles[tag] not in expected:
+        wanted = " or ".join(repr(t) for t, role in tag_roles.items() if role in expected)
+        raise RowError(where, column, f"message {number} is {tag!r} where {wanted} was expected: user-side and "
+                       "assistant-side turns must alternate.")
+    return tag_roles[tag]
+
+
+def _message_text(message: dict, spec: DatasetSpec, where: str, number: int, column: str) -> str:
+    content_tag = spec.tag("content_tag")
+    content = message.get(content_tag)
+    if isinstance(content, list):  # OpenAI content parts: [{"type": "text", "text": "..."}]
+        texts = [part.get("text", part.get("value")) for part in content if isinstance(part, dict)]
+        if len(texts) == len(content) and all(isinstance(text, str) for text in texts):
+            content = "".join(texts)
+    if not isinstance(content, str):
+        got = f"no {content_tag!r} key" if content is None else f"a {type(content).__name__} as {content_tag!r}"
+        raise RowError(where, column, f"message {number} has {got}; its text must be a string.")
+    return content
+
+
+def _ranked_answer(record: dict, spec: DatasetSpec, key: str, tag_roles: dict, where: str) -> str:
+    column = spec.column(key)
+    value = record.get(column) if column else None
+    if isinstance(value, str) and value.strip():
+        return value
+    if not isinstance(value, dict):
+        raise RowError(where, column, f"the {key} answer ({column!r}) must be a message like "
+                       f"{{\"from\": \"gpt\", \"value\": \"...\"}}, not {value!r:.60}.")
+    role = value.get(spec.tag("role_tag"))
+    if tag_roles.get(role) not in ASSISTANT_SIDE:
+        raise RowError(where, column, f"the {key} answer must come from {spec.tag('assistant_tag')!r}, not {role!r}.")
+    text = _message_text(value, spec, where, 0, column)
+    if not text.strip():
+        raise RowError(where, column, f"the {key} answer is empty.")
+    return text
+
+
+def _optional_text(record: dict, column: str | None, where: str) -> str | None:
+    value = record.get(column) if column else None
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__}.")
+    return value
+
+
+def _tools_text(record: dict, column: str | None, where: str) -> str | None:
+    """Tool descriptions as a JSON string (LF stores them as text; parquet files often hold real lists)."""
+    value = record.get(column) if column else None
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, str):
+        raise RowError(where, column, f"{column!r} must be a JSON list of tool descriptions.")
+    try:
+        json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RowError(where, column, f"{column!r} is not valid JSON ({exc.msg}); tools are a JSON list of "
+                       "function descriptions.") from None
+    return value
+
+
+def _maybe_json(value: Any) -> Any:
+    """CSV cells hold nested lists as JSON text; decode them when they look like a list."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value

@@ -1,0 +1,133 @@
+"""Loading registered datasets into normalized examples (see engine.data.formats for the format).
+
+`load_examples("identity,alpaca_demo", data_dir)` reads each registered file (json, jsonl, csv, parquet, arrow or a
+folder of them), converts every row, and concatenates the datasets in the order given. Everything is offline: an
+entry that only names a hub repository is refused with a message that says so.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from engine.data.files import SUFFIX_KINDS, read_rows
+from engine.data.formats import convert_record, require_supported
+from engine.data.registry import INFO_FILE, DatasetSpec, dataset_file_path, get_dataset_spec
+from engine.errors import DataError
+
+__all__ = ["convert_record", "load_examples", "read_records", "split_names"]
+
+# num_samples draws rows at random (as LLaMA-Factory does); a fixed seed keeps runs reproducible.
+SAMPLING_SEED = 42
+_ERRORS_SHOWN = 5
+
+
+def read_records(path: Path) -> list[dict]:
+    """All rows of a data file, or of every data file in a folder (sorted by name, one file type)."""
+    path = Path(path)
+    files = _data_files(path) if path.is_dir() else [path]
+    records: list = []
+    for file in files:
+        read = read_rows(file)
+        if read.bad_lines:
+            line, message = read.bad_lines[0]
+            more = f" ({len(read.bad_lines) - 1} more bad lines)" if len(read.bad_lines) > 1 else ""
+            raise DataError(f"{file}: line {line} is not valid JSON: {message}{more}. Fix it, or run "
+                            f"`lf-assistant data check {file}` to list every problem.")
+        records.extend(read.rows)
+    return records
+
+
+def _data_files(folder: Path) -> list[Path]:
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+                   and p.suffix.lower() in SUFFIX_KINDS and p.name != INFO_FILE)
+    if not files:
+        raise DataError(f"{folder} holds no data files ({', '.join(SUFFIX_KINDS)}). Put the rows there.")
+    kinds = {SUFFIX_KINDS[p.suffix.lower()] for p in files}
+    if len(kinds) > 1:
+        raise DataError(f"{folder} mixes file types ({', '.join(sorted(kinds))}); a dataset folder holds files "
+                        "of one type. Register the files as separate datasets instead.")
+    return files
+
+
+def split_names(dataset: str | list[str]) -> list[str]:
+    """'a, b,c' or ['a', 'b'] -> ['a', 'b', 'c']; DataError when nothing is named."""
+    raw = dataset.split(",") if isinstance(dataset, str) else [str(name) for name in dataset]
+    names = [name.strip() for name in raw if name and name.strip()]
+    if not names:
+        raise DataError("No dataset named. Set `dataset` to one or more names from dataset_info.json "
+                        "(comma-separated, e.g. identity,alpaca_demo).")
+    return names
+
+
+def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: int | None = None,
+                  ranking: bool | None = None) -> list[dict]:
+    """Normalized examples of every named dataset, concatenated in the order given.
+
+    max_samples keeps the first N rows of EACH dataset (LLaMA-Factory's semantics). ranking=True demands
+    preference datasets (DPO), ranking=False demands SFT datasets, None accepts either but not a mix.
+    """
+    if max_samples is not None and max_samples < 1:
+        raise DataError(f"max_samples must be at least 1, not {max_samples}.")
+    specs = [get_dataset_spec(name, Path(dataset_dir)) for name in split_names(dataset)]
+    _check_ranking(specs, ranking)
+    examples: list[dict] = []
+    for spec in specs:
+        examples.extend(_load_one(spec, Path(dataset_dir), max_samples))
+    return examples
+
+
+def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
+    kinds = {spec.ranking for spec in specs}
+    if ranking is None and len(kinds) > 1:
+        names = ", ".join(f"{s.name} ({'preference' if s.ranking else 'sft'})" for s in specs)
+        raise DataError(f"Cannot mix preference and SFT datasets in one run: {names}.")
+    for spec in specs:
+        if ranking is True and not spec.ranking:
+            raise DataError(f"Dataset {spec.name!r} is not a preference dataset (no \"ranking\": true). DPO needs "
+                            "chosen/rejected answers, e.g. dpo_demo.")
+        if ranking is False and spec.ranking:
+            raise DataError(f"Dataset {spec.name!r} is a preference dataset (\"ranking\": true); SFT needs "
+                            "one answer per prompt. Use it with stage: dpo, or pick an SFT dataset.")
+
+
+def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None) -> list[dict]:
+    require_supported(spec)
+    if not spec.is_local:
+        hub = spec.hf_hub_url or spec.ms_hub_url or spec.om_hub_url or spec.script_url or spec.cloud_file_name
+        raise DataError(f"Dataset {spec.name!r} lives at {hub!r} and would need a download; lf-assistant assumes "
+                        "no network for data. Download the file yourself, put it in dataset_dir and register it "
+                        "with file_name.")
+    path = dataset_file_path(spec, dataset_dir)
+    records = read_records(path)
+    if not records:
+        raise DataError(f"Dataset {spec.name!r} ({path}) has no rows.")
+    indices = _sample_indices(len(records), spec.num_samples)
+    if max_samples is not None:
+        indices = indices[:max_samples]
+    examples, errors = [], []
+    for index in indices:
+        try:
+            examples.append(convert_record(records[index], spec, index))
+        except DataError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise DataError(_errors_message(spec, path, errors))
+    return examples
+
+
+def _sample_indices(total: int, num_samples: int | None) -> list[int]:
+    if num_samples is None:
+        return list(range(total))
+    rng = random.Random(SAMPLING_SEED)
+    indices = rng.sample(range(total), min(num_samples, total))
+    while len(indices) < num_samples:  # more than the file holds: repeat rows, as LF does
+        indices += rng.sample(range(total), min(num_samples - len(indices), total))
+    return indices
+
+
+def _errors_message(spec: DatasetSpec, path: Path, errors: list[str]) -> str:
+    shown = "\n  ".join(errors[:_ERRORS_SHOWN])
+    more = f"\n  ... and {len(errors) - _ERRORS_SHOWN} more" if len(errors) > _ERRORS_SHOWN else ""
+    return (f"Dataset {spec.name!r} has {len(errors)} bad row(s):\n  {shown}{more}\n"
+            f"Run `lf-assistant data check {path}` for the full list, and `--fix OUT` to write a repaired copy.")

@@ -1,0 +1,273 @@
+"""The dataset registry: `dataset_info.json`, in LLaMA-Factory's format, read and written safely.
+
+A training config names datasets (`dataset: identity,alpaca_demo`); each name is an entry of the
+`dataset_info.json` inside `dataset_dir`. Users arrive with LLaMA-Factory's own file, so every key it documents is
+understood here; entries the offline engine cannot use (hub-only, scripts, cloud files) are still parsed, and refused
+only when they are loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from engine.data.files import write_json_atomic
+from engine.errors import DataError
+
+INFO_FILE = "dataset_info.json"
+
+Formatting = Literal["alpaca", "sharegpt"]
+FORMATTINGS: tuple[str, ...] = ("alpaca", "sharegpt")
+
+# Column defaults per formatting, as LLaMA-Factory's DatasetAttr has them; None means "no such column".
+COLUMN_DEFAULTS: dict[str, dict[str, str | None]] = {
+    "alpaca": {"prompt": "instruction", "query": "input", "response": "output", "history": None},
+    "sharegpt": {"messages": "conversations"},
+}
+COLUMN_KEYS: tuple[str, ...] = (
+    "prompt", "query", "response", "history", "messages", "system", "tools",
+    "images", "videos", "audios", "chosen", "rejected", "kto_tag",
+)
+TAG_DEFAULTS: dict[str, str] = {
+    "role_tag": "from",
+    "content_tag": "value",
+    "user_tag": "human",
+    "assistant_tag": "gpt",
+    "observation_tag": "observation",
+    "function_tag": "function_call",
+    "system_tag": "system",
+}
+# Keys of an entry that point at data somewhere other than dataset_dir.
+REMOTE_KEYS: tuple[str, ...] = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
+ENTRY_KEYS: tuple[str, ...] = (
+    "file_name", *REMOTE_KEYS, "formatting", "ranking", "subset", "split", "folder", "num_samples", "columns", "tags",
+)
+
+
+@dataclass
+class DatasetSpec:
+    """One entry of dataset_info.json."""
+
+    name: str
+    """The key the entry is registered under."""
+    file_name: str | None = None
+    """A file or folder inside dataset_dir (json, jsonl, csv, parquet, arrow)."""
+    formatting: Formatting = "alpaca"
+    """alpaca (instruction/input/output columns) or sharegpt (a list of messages per row)."""
+    ranking: bool = False
+    """A preference set (chosen/rejected answers) for DPO rather than SFT data."""
+    split: str = "train"
+    """Split name; meaningful for hub datasets only."""
+    subset: str | None = None
+    folder: str | None = None
+    num_samples: int | None = None
+    """Sample this many rows (seeded, with repetition when larger than the file) before max_samples applies."""
+    columns: dict[str, str] = field(default_factory=dict)
+    """Column names in the file, overriding the defaults of the formatting."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """ShareGPT message keys and role names, overriding TAG_DEFAULTS."""
+    hf_hub_url: str | None = None
+    ms_hub_url: str | None = None
+    om_hub_url: str | None = None
+    script_url: str | None = None
+    cloud_file_name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys this engine does not know; kept so that rewriting the file loses nothing."""
+
+    def column(self, key: str) -> str | None:
+        """The file's column for `key` (prompt, response, messages, ...), or None when the dataset has none."""
+        if key in self.columns:
+            return self.columns[key]
+        return COLUMN_DEFAULTS[self.formatting].get(key)
+
+    def tag(self, key: str) -> str:
+        """A ShareGPT tag (role_tag, user_tag, ...) with LLaMA-Factory's default."""
+        return self.tags.get(key, TAG_DEFAULTS[key])
+
+    @property
+    def is_local(self) -> bool:
+        """True when the rows live in a file inside dataset_dir (LF prefers hub urls when both are given)."""
+        return self.file_name is not None and not any(getattr(self, key) for key in REMOTE_KEYS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as it is written to dataset_info.json (defaults left out)."""
+        out: dict[str, Any] = {}
+        for key in ENTRY_KEYS:
+            value = getattr(self, key)
+            default = DatasetSpec.__dataclass_fields__[key].default
+            if key in ("columns", "tags"):
+                if value:
+                    out[key] = dict(value)
+            elif value != default:
+                out[key] = value
+        out.update(self.extra)
+        return out
+
+
+def parse_spec(name: str, entry: Any) -> DatasetSpec:
+    """One dataset_info.json entry -> DatasetSpec; DataError naming the entry and the bad key."""
+    where = f"dataset {name!r} in {INFO_FILE}"
+    if not isinstance(entry, dict):
+        raise DataError(f"{where} must be an object such as {{\"file_name\": \"data.json\"}}, not {entry!r}.")
+    if not any(entry.get(key) for key in ("file_name", *REMOTE_KEYS)):
+        raise DataError(f"{where} has no file_name. Add \"file_name\": \"<your file>\" (a file inside dataset_dir).")
+    formatting = entry.get("formatting", "alpaca")
+    if formatting not in FORMATTINGS:
+        raise DataError(f"{where}: formatting {formatting!r} is not one of {', '.join(FORMATTINGS)} "
+                        "(OpenAI-style messages are sharegpt with role/content tags).")
+    columns = _string_map(entry.get("columns", {}), f"{where}: columns", COLUMN_KEYS)
+    tags = _string_map(entry.get("tags", {}), f"{where}: tags", tuple(TAG_DEFAULTS))
+    ranking = entry.get("ranking", False)
+    if not isinstance(ranking, bool):
+        raise DataError(f"{where}: ranking must be true or false, not {ranking!r}.")
+    num_samples = entry.get("num_samples")
+    if num_samples is not None and (not isinstance(num_samples, int) or isinstance(num_samples, bool)
+                                    or num_samples < 1):
+        raise DataError(f"{where}: num_samples must be a positive whole number, not {num_samples!r}.")
+    for key in ("file_name", "split", "subset", "folder", *REMOTE_KEYS):
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            raise DataError(f"{where}: {key} must be a string, not {entry[key]!r}.")
+    known = {key: entry[key] for key in ENTRY_KEYS if key in entry and key not in ("columns", "tags")}
+    extra = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
+    return DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, **known)
+
+
+def _string_map(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise DataError(f"{where} must be an object of names to strings, not {value!r}.")
+    for key, item in value.items():
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else f" Valid keys: {', '.join(allowed)}."
+            raise DataError(f"{where}: unknown key {key!r}.{hint}")
+        if not isinstance(item, str):
+            raise DataError(f"{where}: {key} must be a string, not {item!r}.")
+    return dict(value)
+
+
+def find_dataset_dir(dataset_dir: str | Path, *, config_dir: Path | None = None) -> Path:
+    """The folder holding dataset_info.json. Relative paths: the config's folder first, then the working dir."""
+    raw = Path(os.path.expanduser(str(dataset_dir)))
+    if raw.is_absolute():
+        candidates = [raw]
+    else:
+        candidates = [Path(config_dir) / raw] if config_dir is not None else []
+        candidates.append(Path.cwd() / raw)
+    for candidate in candidates:
+        if (candidate / INFO_FILE).is_file():
+            return candidate.resolve()
+    looked = "; ".join(_describe_candidate(candidate) for candidate in candidates)
+    raise DataError(f"No {INFO_FILE} found for dataset_dir {str(dataset_dir)!r}. Looked in: {looked}. "
+                    "Set dataset_dir to the folder that holds dataset_info.json (an absolute path always works).")
+
+
+def _describe_candidate(path: Path) -> str:
+    if not path.exists():
+        return f"{path} (does not exist)"
+    if not path.is_dir():
+        return f"{path} (not a folder)"
+    return f"{path} (no {INFO_FILE} inside)"
+
+
+def load_dataset_info(dataset_dir: Path) -> dict[str, DatasetSpec]:
+    """Every entry of dataset_dir/dataset_info.json; DataError on bad JSON (line and column) or a bad entry."""
+    raw = _read_info(Path(dataset_dir))
+    return {name: parse_spec(name, entry) for name, entry in raw.items()}
+
+
+def _read_info(dataset_dir: Path, *, missing_ok: bool = False) -> dict[str, Any]:
+    path = dataset_dir / INFO_FILE
+    if not path.is_file():
+        if missing_ok:
+            return {}
+        raise DataError(f"{path} does not exist. Create it (an empty registry is {{}}) or point dataset_dir elsewhere.")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start}). Save it as UTF-8.") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. "
+                        "Fix the syntax (a trailing comma is the usual culprit).") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path} must hold one JSON object mapping dataset names to entries.")
+    return data
+
+
+def get_dataset_spec(name: str, dataset_dir: Path) -> DatasetSpec:
+    """The entry registered as `name`; an unknown name lists close matches, or explains how to register a file."""
+    info = _read_info(Path(dataset_dir))
+    if name in info:
+        return parse_spec(name, info[name])
+    if _looks_like_path(name):
+        raise DataError(_path_given_message(name, Path(dataset_dir)))
+    close = difflib.get_close_matches(name, list(info), n=3, cutoff=0.6)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    raise DataError(f"Dataset {name!r} is not registered in {Path(dataset_dir) / INFO_FILE}.{hint} "
+                    f"Registered names: {_short_list(list(info))}.")
+
+
+def _looks_like_path(name: str) -> bool:
+    suffix = Path(name).suffix.lower()
+    return "/" in name or "\\" in name or suffix in (".json", ".jsonl", ".csv", ".parquet", ".arrow")
+
+
+def _path_given_message(name: str, dataset_dir: Path) -> str:
+    stem = Path(name).stem or "my_data"
+    snippet = json.dumps({stem: {"file_name": Path(name).name}})
+    return (f"{name!r} looks like a file path, but `dataset` takes names registered in {dataset_dir / INFO_FILE}. "
+            f"Copy the file into {dataset_dir} and add an entry such as {snippet} (run `lf-assistant data check "
+            f"{name}` to see its format), then use dataset: {stem}.")
+
+
+def _short_list(names: list[str], limit: int = 12) -> str:
+    if not names:
+        return "(none)"
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def register_dataset(dataset_dir: Path, name: str, spec: dict, *, overwrite: bool = False) -> None:
+    """Add `name` to dataset_dir/dataset_info.json (created when missing), written atomically.
+
+    An existing, different entry under the same name is kept unless overwrite=True; registering the same entry
+    twice is a no-op.
+    """
+    dataset_dir = Path(dataset_dir)
+    if not name or not isinstance(name, str) or name != name.strip() or "," in name:
+        raise DataError(f"Dataset name {name!r} is not usable: it must be non-empty, without commas or "
+                        "surrounding spaces (configs list several names separated by commas).")
+    parsed = parse_spec(name, spec)
+    if parsed.file_name is not None:
+        dataset_file_path(parsed, dataset_dir, must_exist=False)
+    info = _read_info(dataset_dir, missing_ok=True)
+    if name in info and info[name] != spec and not overwrite:
+        raise DataError(f"{dataset_dir / INFO_FILE} already has a different entry named {name!r}: "
+                        f"{json.dumps(info[name])}. Choose another name or pass overwrite=True.")
+    if info.get(name) == spec:
+        return
+    info[name] = spec
+    write_json_atomic(dataset_dir / INFO_FILE, info)
+
+
+def dataset_file_path(spec: DatasetSpec, dataset_dir: Path, *, must_exist: bool = True) -> Path:
+    """Where the entry's file_name lives; it must stay inside dataset_dir (no `..`, no absolute path outside)."""
+    if not spec.file_name:
+        raise DataError(f"Dataset {spec.name!r} has no file_name: it lives on a hub "
+                        f"({spec.hf_hub_url or spec.ms_hub_url or spec.om_hub_url or spec.script_url}).")
+    root = Path(os.path.abspath(dataset_dir))
+    # Lexical check (abspath, not resolve): a symlink the user placed inside dataset_dir is theirs to make,
+    # but a dataset_info.json from elsewhere must not point the engine at arbitrary files.
+    target = Path(os.path.abspath(root / spec.file_name))
+    if target != root and root not in target.parents:
+        raise DataError(f"Dataset {spec.name!r}: file_name {spec.file_name!r} points outside {root}. "
+                        "Dataset files must live inside dataset_dir; copy the file there and use a relative name.")
+    if must_exist and not target.exists():
+        raise DataError(f"Dataset {spec.name!r}: file {target} does not exist. Fix file_name in "
+                        f"{root / INFO_FILE} or copy the file there.")
+    return target
