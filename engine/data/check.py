@@ -1,0 +1,303 @@
+"""The dataset validator: every problem of a data file, with row numbers, before any training starts.
+
+`check_file` works on a bare file (no dataset_info.json needed): it detects the format (alpaca, sharegpt, openai),
+runs every row through the same converter the loader uses, and adds what a converter cannot see: role tags that
+match no known name, duplicate rows and leftover {{placeholders}}. `convert_file` writes a repaired copy to a NEW
+file (the input is never touched) and reports what it changed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from engine.data.files import read_rows, refuse_output_path, write_rows_atomic
+from engine.data.formats import ROLE_ALIASES, RowError, convert_record
+from engine.data.registry import TAG_DEFAULTS, DatasetSpec
+from engine.data.repair import fill_row, repair_rows
+from engine.errors import DataError
+
+FileFormat = Literal["alpaca", "sharegpt", "openai", "unknown"]
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+OPENAI_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
+               "observation_tag": "tool", "system_tag": "system"}
+_ALPACA_KEYS = ("instruction", "input", "output", "chosen", "rejected")
+
+
+@dataclass
+class Problem:
+    """One thing wrong with a file. Rows count from 1 (None: the whole file)."""
+
+    row: int | None
+    field: str | None
+    message: str
+    level: Literal["error", "warning"] = "error"
+    line: int | None = None
+    """The line of the file the row starts on, where the format has lines (json, jsonl, csv)."""
+
+
+@dataclass
+class CheckReport:
+    """What `check_file` found."""
+
+    path: Path
+    format: FileFormat
+    rows: int
+    problems: list[Problem] = field(default_factory=list)
+    ranking: bool = False
+    """The rows are preference pairs (chosen/rejected)."""
+    spec: DatasetSpec | None = None
+    """How the file reads: the dataset_info.json entry that registers it."""
+    notes: list[str] = field(default_factory=list)
+    """What `convert_file` changed to produce this file."""
+
+    @property
+    def ok(self) -> bool:
+        """No errors (warnings allowed)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.level == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.level == "warning"]
+
+    def suggested_entry(self) -> dict[str, Any] | None:
+        """The dataset_info.json entry for this file (the file must sit in dataset_dir under this name)."""
+        if self.spec is None:
+            return None
+        return {"file_name": self.path.name, **{k: v for k, v in self.spec.to_dict().items() if k != "file_name"}}
+
+
+def detect_format(rows: list[Any]) -> tuple[FileFormat, bool]:
+    """The format most rows look like, and whether they are preference pairs."""
+    votes: Counter[str] = Counter()
+    ranking = 0
+    for row in rows[:200]:
+        if not isinstance(row, dict):
+            continue
+        kind = _row_format(row)
+        votes[kind] += 1
+        ranking += "chosen" in row and "rejected" in row
+    if not votes or votes.most_common(1)[0][0] == "unknown":
+        return "unknown", False
+    return votes.most_common(1)[0][0], ranking * 2 > sum(votes.values())
+
+
+def _row_format(row: dict) -> str:
+    for key in ("conversations", "messages"):
+        messages = row.get(key)
+        if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+            return "openai" if "role" in messages[0] or "content" in messages[0] else "sharegpt"
+    if any(key in row for key in _ALPACA_KEYS):
+        return "alpaca"
+    return "unknown"
+
+
+def spec_for(rows: list[Any], file_format: FileFormat, ranking: bool, name: str) -> DatasetSpec:
+    """The dataset_info.json entry that reads these rows (optional columns only when the rows have them)."""
+    keys = {key for row in rows if isinstance(row, dict) for key in row}
+    if file_format == "alpaca":
+        columns = {key: key for key in ("system", "history") if key in keys}
+        if ranking:
+            columns.update(chosen="chosen", rejected="rejected")
+        return DatasetSpec(name=name, formatting="alpaca", ranking=ranking, columns=columns)
+    columns = {"messages": "messages" if "messages" in keys and "conversations" not in keys else "conversations"}
+    columns.update({key: key for key in ("system", "tools") if key in keys})
+    if ranking:
+        columns.update(chosen="chosen", rejected="rejected")
+    tags = dict(OPENAI_TAGS) if file_format == "openai" else {}
+    return DatasetSpec(name=name, formatting="sharegpt", ranking=ranking, columns=columns, tags=tags)
+
+
+def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec | None = None) -> CheckReport:
+    """Every problem of one data file. Whole-file problems (missing, empty, binary, encoding) raise DataError.
+
+    formatting forces "alpaca" or "sharegpt" (openai-style messages count as sharegpt); spec checks the file as a
+    registered dataset_info.json entry reads it (its columns and tags).
+    """
+    path = Path(path)
+    read = read_rows(path)
+    problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
+                for line, message in read.bad_lines]
+    file_format, ranking = detect_format(read.rows)
+    if spec is not None:
+        file_format = "alpaca" if spec.formatting == "alpaca" else _messages_flavour(read.rows, spec)
+        ranking = spec.ranking
+    elif formatting is not None:
+        file_format = _forced_format(formatting, file_format, read.rows)
+    rows = len(read.rows) + len(read.bad_lines)
+    if file_format == "unknown":
+        problems.append(Problem(None, None, _unknown_format_message(read.rows)))
+        return CheckReport(path, file_format, rows, problems)
+    spec = spec or spec_for(read.rows, file_format, ranking, path.stem)
+    problems += _row_problems(read.rows, read.lines, spec)
+    problems += _tag_problems(read.rows, spec)
+    problems += _duplicate_problems(read.rows, read.lines)
+    problems += _placeholder_problems(read.rows, read.lines)
+    problems.sort(key=lambda p: (p.row is not None, p.row or 0))
+    return CheckReport(path, file_format, rows, problems, ranking=ranking, spec=spec)
+
+
+def _forced_format(formatting: str, detected: FileFormat, rows: list[Any]) -> FileFormat:
+    if formatting == "alpaca":
+        return "alpaca"
+    if formatting in ("sharegpt", "openai"):
+        return detected if detected in ("sharegpt", "openai") else formatting
+    raise DataError(f"Unknown format {formatting!r}: use alpaca or sharegpt (OpenAI messages are sharegpt).")
+
+
+def _messages_flavour(rows: list[Any], spec: DatasetSpec) -> FileFormat:
+    return "openai" if spec.tag("role_tag") == "role" else "sharegpt"
+
+
+def _unknown_format_message(rows: list[Any]) -> str:
+    keys = Counter(key for row in rows[:200] if isinstance(row, dict) for key in row)
+    found = ", ".join(key for key, _ in keys.most_common(8)) or "no named fields"
+    return (f"Cannot tell the format: rows have {found}. Expected alpaca (instruction, input, output), sharegpt "
+            "(conversations: [{from, value}]) or openai (messages: [{role, content}]).")
+
+
+def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -> list[Problem]:
+    problems = []
+    for index, row in enumerate(rows):
+        try:
+            example = convert_record(row, spec, index)
+        except RowError as exc:
+            problems.append(Problem(index + 1, exc.field, exc.detail, line=lines[index]))
+            continue
+        for message in example["messages"]:
+            if message["role"] == "user" and not message["content"].strip():
+                problems.append(Problem(index + 1, spec.column("prompt") or spec.column("messages"),
+                                        "a user message is empty.", "warning", lines[index]))
+                break
+    return problems
+
+
+def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
+    """One summary for role tags outside the expected set: which were found, which are expected, what they mean."""
+    if spec.formatting != "sharegpt":
+        return []
+    expected = [spec.tag(key) for key in TAG_DEFAULTS if key not in ("role_tag", "content_tag")]
+    found: Counter[str] = Counter()
+    for row in rows:
+        messages = row.get(spec.column("messages")) if isinstance(row, dict) else None
+        for message in messages if isinstance(messages, list) else []:
+            if isinstance(message, dict) and message.get(spec.tag("role_tag")) is not None:
+                found[str(message.get(spec.tag("role_tag")))] += 1
+    unknown = [tag for tag in found if tag not in expected]
+    if not unknown:
+        return []
+    meanings = [f"{tag!r} looks like {ROLE_ALIASES[tag.lower()]}" for tag in unknown if tag.lower() in ROLE_ALIASES]
+    hint = f" ({'; '.join(meanings)})" if meanings else ""
+    return [Problem(None, spec.tag("role_tag"),
+                    f"unknown role tags {', '.join(map(repr, unknown))}{hint}. Tags found: "
+                    f"{', '.join(f'{tag} ({count})' for tag, count in found.most_common())}; expected: "
+                    f"{', '.join(expected)}. Set \"tags\" in dataset_info.json, or write a fixed copy with --fix.")]
+
+
+def _duplicate_problems(rows: list[Any], lines: list[int | None]) -> list[Problem]:
+    first_seen: dict[str, int] = {}
+    problems = []
+    for index, row in enumerate(rows):
+        key = json.dumps(row, sort_keys=True, ensure_ascii=False)
+        if key in first_seen:
+            problems.append(Problem(index + 1, None, f"duplicate of row {first_seen[key]}.", "warning", lines[index]))
+        else:
+            first_seen[key] = index + 1
+    return problems
+
+
+def _placeholder_problems(rows: list[Any], lines: list[int | None]) -> list[Problem]:
+    names: set[str] = set()
+    with_placeholders = []
+    for index, row in enumerate(rows):
+        found = set(_placeholders_in(row))
+        if found:
+            with_placeholders.append(index + 1)
+            names |= found
+    if not names:
+        return []
+    listed = ", ".join("{{" + name + "}}" for name in sorted(names))
+    first_row = with_placeholders[0]
+    return [Problem(None, None, f"placeholders {listed} appear in {len(with_placeholders)} row(s), first in row "
+                    f"{first_row}. Replace them with real values before training (e.g. --fill name=... with --fix).",
+                    "warning")]
+
+
+def _placeholders_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return PLACEHOLDER.findall(value)
+    if isinstance(value, dict):
+        return [name for item in value.values() for name in _placeholders_in(item)]
+    if isinstance(value, list):
+        return [name for item in value for name in _placeholders_in(item)]
+    return []
+
+
+def find_placeholders(path: Path) -> list[str]:
+    """The {{names}} used anywhere in a data file, sorted (e.g. ["author", "name"] for identity.json)."""
+    read = read_rows(Path(path))
+    return sorted({name for row in read.rows for name in _placeholders_in(row)})
+
+
+def fill_placeholders(path: Path, values: dict[str, str], out_path: Path) -> Path:
+    """Write a copy of `path` to `out_path` (.json/.jsonl) with every {{name}} replaced by values[name]."""
+    path, out_path = Path(path), Path(out_path)
+    refuse_output_path(path, out_path)
+    read = read_rows(path)
+    missing = sorted({name for row in read.rows for name in _placeholders_in(row)} - set(values))
+    if missing:
+        raise DataError(f"{path} uses {', '.join('{{' + m + '}}' for m in missing)} but no value was given for "
+                        f"{', '.join(missing)}. Give a value for every placeholder.")
+    write_rows_atomic(out_path, [fill_row(row, values, PLACEHOLDER) for row in read.rows])
+    return out_path
+
+
+def convert_file(path: Path, out_path: Path, *, formatting: str | None = None,
+                 placeholders: dict[str, str] | None = None) -> CheckReport:
+    """Write a repaired, compliant copy of `path` to the NEW file `out_path` (.json or .jsonl); never the input.
+
+    alpaca stays alpaca (field names normalized); sharegpt and openai become sharegpt with the default tags
+    (human/gpt/observation/function_call, system in its own field). Role names like "bot" or "user" are renamed,
+    broken turn order is repaired, and rows that still fail are left out. Returns the check of the new file, with
+    `notes` saying what changed.
+    """
+    path, out_path = Path(path), Path(out_path)
+    refuse_output_path(path, out_path)
+    read = read_rows(path)
+    file_format, ranking = detect_format(read.rows)
+    if formatting is not None:
+        file_format = _forced_format(formatting, file_format, read.rows)
+    if file_format == "unknown":
+        raise DataError(f"{path}: {_unknown_format_message(read.rows)}")
+    notes = [f"skipped line {line} (not valid JSON)" for line, _ in read.bad_lines]
+    rows, repair_notes = repair_rows(read.rows, file_format, ranking)
+    notes += repair_notes
+    if placeholders:
+        rows = [fill_row(row, placeholders, PLACEHOLDER) for row in rows]
+        notes.append(f"filled {', '.join('{{' + name + '}}' for name in sorted(placeholders))}")
+    target = spec_for(rows, "alpaca" if file_format == "alpaca" else "sharegpt", ranking, out_path.stem)
+    kept, dropped = [], []
+    for index, row in enumerate(rows):
+        try:
+            convert_record(row, target, index)
+            kept.append(row)
+        except RowError as exc:
+            dropped.append(f"row {index + 1}: {exc.detail}")
+    if dropped:
+        notes.append(f"left out {len(dropped)} row(s) that could not be repaired: " + "; ".join(dropped[:5])
+                     + (" ..." if len(dropped) > 5 else ""))
+    if not kept:
+        raise DataError(f"No row of {path} could be repaired ({dropped[0] if dropped else 'no rows'}); nothing "
+                        "was written.")
+    write_rows_atomic(out_path, kept)
+    report = check_file(out_path, formatting="alpaca" if file_format == "alpaca" else "sharegpt")
+    report.notes = notes + [f"wrote {len(kept)} of {len(read.rows)} rows to {out_path}"]
+    return report
