@@ -53,6 +53,8 @@ class Family:
     """Family whose examples are the closest fit when this one has none."""
     trust_remote_code: bool = False
     """Whether its checkpoints need code from the hub (the user must agree to run it)."""
+    examples: dict[str, str] = field(default_factory=dict, hash=False)
+    """Method -> example path under examples/ for files outside EXAMPLE_LAYOUT's naming (the demo ones)."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,13 @@ class ModelEntry:
 
 
 FAMILIES: dict[str, Family] = {
-    "demo": Family("demo", "Built-in demo models", (), (), "qwen", has_examples=False, nearest="qwen3"),
+    # The demo models train offline from examples/demo/; their other methods borrow Qwen3's examples.
+    "demo": Family("demo", "Built-in demo models", (), (), "qwen", has_examples=False, nearest="qwen3",
+                   examples={"lora": "demo/tiny_lora_sft.yaml", "full": "demo/tiny_full_sft.yaml"}),
     "qwen3": Family("qwen3", "Qwen3", ("qwen3",), ("Qwen3ForCausalLM",), "qwen3"),
     "qwen3_moe": Family("qwen3_moe", "Qwen3 MoE", ("qwen3_moe",), ("Qwen3MoeForCausalLM",), "qwen3",
-                        has_examples=False, nearest="qwen3"),
-    "qwen2_5": Family("qwen2_5", "Qwen2.5", ("qwen2",), ("Qwen2ForCausalLM",), "qwen"),
+                        nearest="qwen3"),
+    "qwen2_5": Family("qwen2_5", "Qwen2.5", ("qwen2",), ("Qwen2ForCausalLM",), "qwen2_5"),
     "llama3": Family("llama3", "Llama 3.x", ("llama",), ("LlamaForCausalLM",), "llama3"),
     "gemma3": Family("gemma3", "Gemma 3", ("gemma3", "gemma3_text"),
                      ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), "gemma3"),
@@ -108,7 +112,7 @@ def _examples(family: str) -> dict[str, str]:
     """The example paths a family's models point at (the family's own, or its nearest family's)."""
     fam = FAMILIES[family]
     name = family if fam.has_examples else (fam.nearest or family)
-    return {method: layout.format(f=name) for method, layout in EXAMPLE_LAYOUT.items()}
+    return {method: fam.examples.get(method, layout.format(f=name)) for method, layout in EXAMPLE_LAYOUT.items()}
 
 
 def _m(hf_id: str, family: str, params_b: float, *, ms: str | None = None, template: str | None = None,
@@ -266,6 +270,8 @@ def nearest_example(family: str, method: str) -> tuple[Path, str | None]:
     if method not in EXAMPLE_LAYOUT:
         raise ModelError(f"Unknown method {method!r}. Known methods: {', '.join(METHODS)}.")
     fam = get_family(family)
+    if method in fam.examples and (EXAMPLES_DIR / fam.examples[method]).is_file():
+        return EXAMPLES_DIR / fam.examples[method], None
     chain = [fam.name] if fam.has_examples else []
     chain += [fam.nearest] if fam.nearest else []
     chain += ["qwen3"]

@@ -25,7 +25,8 @@ from engine.models.registry import FAMILIES, MODELS, ModelEntry, find_model
 Rule = Literal["registry", "config.json", "chat_template", "demo", "user"]
 
 # Tokens that only one family's chat template writes; checked in this order (Phi-4 and Qwen3 also use
-# <|im_start|>, so they come before the plain ChatML signature).
+# <|im_start|>, so they come before the plain ChatML signatures; Qwen2.5 and Qwen2 differ only by their default
+# system prompt, and any other ChatML model gets the neutral `chatml`).
 CHAT_TEMPLATE_SIGNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("llama3", ("<|start_header_id|>",), "llama3"),
     ("gemma3", ("<start_of_turn>",), "gemma3"),
@@ -34,7 +35,9 @@ CHAT_TEMPLATE_SIGNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("phi4", ("<|im_sep|>",), "phi4"),
     ("mistral", ("[INST]",), "mistral"),
     ("qwen3", ("<|im_start|>", "<think>"), "qwen3"),
-    ("qwen2_5", ("<|im_start|>",), "qwen"),
+    ("qwen2_5", ("<|im_start|>", "You are Qwen, created by Alibaba Cloud"), "qwen2_5"),
+    ("qwen2_5", ("<|im_start|>", "You are a helpful assistant"), "qwen"),
+    ("qwen2_5", ("<|im_start|>",), "chatml"),
 )
 _BASE_NAME = re.compile(r"([-_.](base|pt)([-_.]|$))", re.IGNORECASE)
 
