@@ -282,9 +282,9 @@ def candidate_dirs(model: str, models_dir: Path) -> list[tuple[Where, Path]]:
     out += [("models_dir", models_dir / i) for i in ids] + [("models_dir", models_dir / i.replace("/", "--"))
                                                              for i in ids]
     for repo_id in ids:
-        snapshot = _newest_snapshot(hf_hub_cache() / f"models--{repo_id.replace('/', '--')}")
-        if snapshot is not None:
-            out.append(("hf_cache", snapshot))
+        # Without a snapshot the repo folder itself is checked: blobs/*.incomplete there is a stalled download.
+        repo_dir = hf_hub_cache() / f"models--{repo_id.replace('/', '--')}"
+        out.append(("hf_cache", _newest_snapshot(repo_dir) or repo_dir))
     ms = modelscope_cache()
     for repo_id in ids:
         org, _, name = repo_id.partition("/")

@@ -168,3 +168,31 @@ def test_prefers_a_complete_copy_over_a_partial_one(tmp_path: Path, monkeypatch)
     _hf_snapshot(cache, "acme/tiny", make_tiny_repo(tmp_path / "src", weight_bytes=2**16))
     check = find_local_model("acme/tiny", models_dir=models)
     assert check.complete and check.where == "hf_cache"
+
+
+def test_hf_cache_repo_with_only_partial_blobs_is_an_empty_shell(tmp_path: Path, monkeypatch) -> None:
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    blobs = cache / "models--acme--tiny" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / "0f3a.incomplete").write_bytes(b"\0" * 1000)  # killed before the first file finished
+    check = find_local_model("acme/tiny", models_dir=tmp_path / "models")
+    assert check.where == "hf_cache" and check.empty_shell
+    assert any("unfinished download" in p for p in check.problems)
+
+
+def test_cli_check_reports_an_empty_shell(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from assistant.cli.models import app
+
+    shell = tmp_path / "Qwen3-0.6B"
+    shell.mkdir()
+    (shell / "config.json").write_text('{"model_type": "qwen3"}')
+    result = CliRunner().invoke(app, ["check", str(shell)])
+    assert result.exit_code == 1
+    assert "empty shell" in result.output and "no weight files" in result.output
+    assert "template qwen3" in result.output and "rule: registry" in result.output
+    complete = make_tiny_repo(tmp_path / "tiny", weight_bytes=2**16)
+    result = CliRunner().invoke(app, ["check", str(complete)])
+    assert result.exit_code == 0 and "complete:" in result.output and "rule: config.json" in result.output

@@ -172,3 +172,17 @@ def test_start_download_maps_registry_ids_per_source(online, monkeypatch, tmp_pa
     assert job.target == tmp_path / "models" / "Llama-3.2-1B-Instruct"
     # The tiny stand-in is far smaller than 1.24B parameters: the final check catches the mismatch.
     assert final.error and "1.24B-parameter" in final.error
+
+
+def test_cli_download_then_check(online, monkeypatch, source_repo, tmp_path):
+    from typer.testing import CliRunner
+
+    from assistant.cli.models import app
+
+    with FakeHub({REPO: source_repo}) as hub:
+        _serve(monkeypatch, hub)
+        result = CliRunner().invoke(app, ["download", REPO, "--source", "hf", "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0, result.output
+    assert "complete:" in result.output
+    result = CliRunner().invoke(app, ["check", str(tmp_path / "m")])
+    assert result.exit_code == 0 and "complete:" in result.output

@@ -1,0 +1,151 @@
+"""`lf-assistant models ...`: the model registry, the local cache check, and downloads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from assistant.cli.common import fail_on_engine_error, fmt_duration
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+console = Console(highlight=False)
+
+
+@app.command("list")
+@fail_on_engine_error
+def list_models(
+    family: Annotated[str | None, typer.Option("--family", "-f", help="Only this family (qwen3, llama3, ...).")] = None,
+    local: Annotated[bool, typer.Option("--local", help="Also check which ones are complete on this machine.")] = False,
+) -> None:
+    """List the supported models: hub ids, size, chat template, instruct or base."""
+    from engine.models.cache import find_local_model
+    from engine.models.registry import MODELS, get_family
+
+    if family:
+        get_family(family)
+    table = Table(box=None, pad_edge=False)
+    table.add_column("model", overflow="fold")
+    for column in ("family", "params", "template", "kind") + (("local",) if local else ()):
+        table.add_column(column, no_wrap=True)
+    for entry in MODELS.values():
+        if family and entry.family != family:
+            continue
+        row = [entry.id, entry.family, f"{entry.params_b:g}B", entry.template, "instruct" if entry.instruct else "base"]
+        if local:
+            check = find_local_model(entry.id)
+            row.append("complete" if check.complete else ("partial" if check.path else "-"))
+        table.add_row(*row)
+    console.print(table)
+
+
+@app.command("show")
+@fail_on_engine_error
+def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name, e.g. Qwen/Qwen3-4B or qwen3-4b.")]) -> None:
+    """Everything known about one model: hub ids, template, example configs, and whether it is here."""
+    from engine.models.cache import find_local_model
+    from engine.models.registry import FAMILIES, get_model, nearest_example
+    from engine.models.resolve import resolve_model
+
+    entry = get_model(model_id)
+    console.print(f"[bold]{entry.id}[/bold]  ({FAMILIES[entry.family].display}, {entry.params_b:g}B parameters, "
+                  f"{'instruct' if entry.instruct else 'base'})")
+    console.print(f"  Hugging Face: {entry.hf_id or '-'}\n  ModelScope:   {entry.ms_id or '-'}")
+    console.print(f"  template:     {entry.template}")
+    for method in entry.examples:
+        path, note = nearest_example(entry.family, method)
+        console.print(f"  {method:<12}  {path.relative_to(path.parents[1])}" + (f"  [dim]({note})[/dim]" if note else ""))
+    console.print(f"  local:        {find_local_model(entry.id).summary()}", soft_wrap=True)
+    for warning in resolve_model(entry.id).warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
+
+
+@app.command("check")
+@fail_on_engine_error
+def check(
+    model: Annotated[str, typer.Argument(help="A model folder, a hub id, or a registry name.")],
+    models_dir: Annotated[Path, typer.Option("--models-dir", help="Where downloaded models live.")] = Path("models"),
+) -> None:
+    """Find a model on this machine and verify it is complete (shards, sizes, no partial downloads)."""
+    from engine.errors import ModelError
+    from engine.models.cache import find_local_model
+    from engine.models.resolve import resolve_model
+
+    result = find_local_model(model, models_dir=models_dir)
+    style = "green" if result.complete else "red"
+    console.print(f"[{style}]{result.summary()}[/{style}]", soft_wrap=True)
+    is_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
+    if result.path is None and not is_hub_id:
+        raise typer.Exit(1)
+    try:
+        res = resolve_model(str(result.path) if result.path else model)
+        console.print(f"family {res.family}, template [bold]{res.template}[/bold] (rule: {res.rule}, {res.detail})")
+        for warning in res.warnings:
+            console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
+    except ModelError as exc:
+        console.print(f"[yellow]template:[/yellow] {exc}", soft_wrap=True)
+    if not result.complete:
+        if is_hub_id:
+            console.print(f"Download (or finish downloading) it with: lf-assistant models download {model}",
+                          style="dim")
+        raise typer.Exit(1)
+
+
+@app.command("download")
+@fail_on_engine_error
+def download(
+    model_id: Annotated[str, typer.Argument(help="Registry id or any hub id (org/name).")],
+    source: Annotated[str, typer.Option("--source", "-s", help="hf, modelscope, or auto (probe both, take the "
+                                        "faster).")] = "auto",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Target folder (default ./models/<name>).")] = None,
+) -> None:
+    """Download a model (resumable: run it again after a cancel or a failure), then verify it."""
+    from engine.models.download import start_download
+
+    job = start_download(model_id, source=source, out_dir=out)  # type: ignore[arg-type]
+    console.print(f"{job.progress.message}\n{job.repo_id} -> {job.target}", soft_wrap=True)
+    try:
+        final = _follow(job)
+    except KeyboardInterrupt:
+        job.cancel()
+        final = job.wait(10)
+    if final.error:
+        console.print(f"[red]{final.error}[/red]", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"[green]{final.message}[/green]", soft_wrap=True)
+
+
+def _follow(job):
+    """Show progress until the job ends: a live bar on a terminal, a line every 10 s otherwise."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    if not console.is_terminal:
+        last = 0.0
+        while not (progress := job.wait(1.0)).done:
+            if time.monotonic() - last >= 10:
+                console.print(_line(progress), soft_wrap=True)
+                last = time.monotonic()
+        return progress
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[info]}"))
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("download", total=None, info="")
+        while not (progress := job.wait(0.5)).done:
+            bar.update(task, total=progress.total_bytes, completed=progress.downloaded_bytes,
+                       info=_line(progress, short=True))
+            if progress.message.startswith("Slow"):
+                bar.console.print(f"[yellow]{progress.message}[/yellow]", soft_wrap=True)
+    return progress
+
+
+def _line(progress, *, short: bool = False) -> str:
+    from engine.models.cache import human_bytes
+
+    rate = f"{human_bytes(progress.rate_bps)}/s, ETA {fmt_duration(progress.eta_s)}"
+    if short:
+        return rate
+    total = human_bytes(progress.total_bytes) if progress.total_bytes else "?"
+    return f"{human_bytes(progress.downloaded_bytes)} of {total}, {rate}. {progress.message}"
