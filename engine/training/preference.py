@@ -1,0 +1,175 @@
+"""Preference training pieces: pair batches, answer log-probabilities, and the DPO / ORPO / SimPO losses.
+
+The formulas follow the peers (TRL's DPOTrainer/CPOTrainer and LLaMA-Factory's DPO workflow), so a config that
+trains there means the same here:
+
+- ``sigmoid`` (DPO): ``-log σ(β·[(π_c - ref_c) - (π_r - ref_r)])`` on SUMMED answer log-probs, with robust-DPO label
+  smoothing ``ε``: ``(1-ε)·that + ε·(-log σ(-β·[...]))``. Rewards are ``β·(π - ref)``.
+- ``orpo``: ``-avg_c + β·(-log σ(log odds_c - log odds_r))`` on MEAN per-token log-probs, ``odds = p / (1 - p)``.
+  Reference-free; rewards are ``β·avg``.
+- ``simpo``: ``-log σ(β·(avg_c - avg_r) - γ)`` on MEAN per-token log-probs. Reference-free; rewards are ``β·avg``.
+
+``pref_ftx`` adds ``ftx·(-avg_c)``, an SFT loss on the chosen answer, to any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from engine.errors import ConfigError
+from engine.training.loss import shift_labels
+
+IGNORE_INDEX = -100
+
+
+# --- batches (engine.data.collator.PreferenceCollator puts the N chosen rows first, then the N rejected) -----------
+
+def has_trained_tokens(pair: dict) -> bool:
+    """A pair trains only if both answers kept at least one labelled token after the cutoff."""
+    return any(t != IGNORE_INDEX for t in pair["chosen_labels"]) and any(
+        t != IGNORE_INDEX for t in pair["rejected_labels"])
+
+
+# --- log-probabilities -----------------------------------------------------------------------------------------------
+
+@dataclass
+class PairLogps:
+    """Per pair: the summed log-probability of each answer's labelled tokens, and how many tokens that is."""
+
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    chosen_tokens: torch.Tensor
+    rejected_tokens: torch.Tensor
+
+    @property
+    def chosen_mean(self) -> torch.Tensor:
+        return self.chosen / self.chosen_tokens.clamp(min=1)
+
+    @property
+    def rejected_mean(self) -> torch.Tensor:
+        return self.rejected / self.rejected_tokens.clamp(min=1)
+
+
+def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of log p(label) over labelled positions, labelled-token count) per row; token t predicts t+1.
+
+    cross_entropy(reduction="none") gives -log p(label) without materialising a second vocab-sized tensor.
+    """
+    targets = shift_labels(labels)
+    token_nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                reduction="none").view(targets.shape)
+    return -token_nll.sum(dim=-1), (targets != IGNORE_INDEX).sum(dim=-1)
+
+
+def pair_logps(model, batch: dict[str, torch.Tensor]) -> PairLogps:
+    """Run ``model`` on a PreferenceCollator batch (chosen rows, then rejected) and split the log-probs in two."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logps, tokens = sequence_logps(logits, batch["labels"])
+    half = logps.shape[0] // 2
+    return PairLogps(logps[:half], logps[half:], tokens[:half], tokens[half:])
+
+
+# --- losses ----------------------------------------------------------------------------------------------------------
+
+@dataclass
+class PreferenceOutput:
+    """Per-pair losses (to be averaged by the caller) and the rewards and log-probs the peers log."""
+
+    losses: torch.Tensor
+    chosen_rewards: torch.Tensor
+    rejected_rewards: torch.Tensor
+    chosen_logps: torch.Tensor
+    rejected_logps: torch.Tensor
+
+
+def dpo_sigmoid_loss(policy: PairLogps, reference: PairLogps, beta: float,
+                     label_smoothing: float = 0.0) -> PreferenceOutput:
+    """DPO (Rafailov et al. 2023) with robust-DPO label smoothing, on summed answer log-probs."""
+    chosen_ratio = policy.chosen - reference.chosen
+    rejected_ratio = policy.rejected - reference.rejected
+    logits = beta * (chosen_ratio - rejected_ratio)
+    losses = -F.logsigmoid(logits) * (1 - label_smoothing) - F.logsigmoid(-logits) * label_smoothing
+    return PreferenceOutput(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach(),
+                            policy.chosen.detach(), policy.rejected.detach())
+
+
+def log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 - exp(x)) for x < 0, accurate both near 0 and far below it (Mächler 2012)."""
+    return torch.where(x > -0.6931471805599453, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def orpo_loss(policy: PairLogps, beta: float) -> PreferenceOutput:
+    """ORPO (Hong et al. 2024): SFT on the chosen answer plus β·odds-ratio loss, on mean per-token log-probs."""
+    chosen, rejected = policy.chosen_mean, policy.rejected_mean
+    log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))
+    losses = -chosen + beta * -F.logsigmoid(log_odds)
+    return PreferenceOutput(losses, beta * chosen.detach(), beta * rejected.detach(), chosen.detach(),
+                            rejected.detach())
+
+
+def simpo_loss(policy: PairLogps, beta: float, gamma: float) -> PreferenceOutput:
+    """SimPO (Meng et al. 2024): length-normalised reward margin against a target margin γ, no reference."""
+    chosen, rejected = policy.chosen_mean, policy.rejected_mean
+    losses = -F.logsigmoid(beta * (chosen - rejected) - gamma)
+    return PreferenceOutput(losses, beta * chosen.detach(), beta * rejected.detach(), chosen.detach(),
+                            rejected.detach())
+
+
+@dataclass(frozen=True)
+class PreferenceSettings:
+    """The config keys the losses read (LLaMA-Factory names)."""
+
+    pref_loss: str = "sigmoid"
+    pref_beta: float = 0.1
+    pref_ftx: float = 0.0
+    simpo_gamma: float = 0.5
+    dpo_label_smoothing: float = 0.0
+
+    @classmethod
+    def from_config(cls, config) -> "PreferenceSettings":
+        return cls(config.pref_loss, config.pref_beta, config.pref_ftx, config.simpo_gamma,
+                   config.dpo_label_smoothing)
+
+
+LossFn = Callable[[PairLogps, PairLogps | None, PreferenceSettings], PreferenceOutput]
+PREFERENCE_LOSSES: dict[str, LossFn] = {
+    "sigmoid": lambda policy, ref, s: dpo_sigmoid_loss(policy, ref, s.pref_beta, s.dpo_label_smoothing),
+    "orpo": lambda policy, ref, s: orpo_loss(policy, s.pref_beta),
+    "simpo": lambda policy, ref, s: simpo_loss(policy, s.pref_beta, s.simpo_gamma),
+}
+# ORPO and SimPO are reference-free: no reference forward pass, no frozen copy.
+NEEDS_REFERENCE: dict[str, bool] = {"sigmoid": True, "orpo": False, "simpo": False}
+
+
+def needs_reference(pref_loss: str) -> bool:
+    if pref_loss not in NEEDS_REFERENCE:
+        raise ConfigError(f"pref_loss {pref_loss!r} is unknown. Valid: {', '.join(PREFERENCE_LOSSES)}.")
+    return NEEDS_REFERENCE[pref_loss]
+
+
+def preference_loss(settings: PreferenceSettings, policy: PairLogps,
+                    reference: PairLogps | None = None) -> PreferenceOutput:
+    """The configured loss per pair, plus ``pref_ftx`` times the SFT loss on the chosen answer."""
+    if needs_reference(settings.pref_loss) and reference is None:
+        raise ValueError(f"pref_loss {settings.pref_loss} needs the reference model's log-probs")
+    out = PREFERENCE_LOSSES[settings.pref_loss](policy, reference, settings)
+    if settings.pref_ftx > 1e-6:
+        out.losses = out.losses + settings.pref_ftx * -policy.chosen_mean
+    return out
+
+
+def metric_sums(out: PreferenceOutput) -> dict[str, float]:
+    """Per-batch SUMS of the logged metrics; divide by the pair count of the window to get the peers' means."""
+    chosen, rejected = out.chosen_rewards.float(), out.rejected_rewards.float()
+    return {
+        "rewards/chosen": float(chosen.sum()),
+        "rewards/rejected": float(rejected.sum()),
+        "rewards/accuracies": float((chosen > rejected).float().sum()),
+        "rewards/margins": float((chosen - rejected).sum()),
+        "logps/chosen": float(out.chosen_logps.float().sum()),
+        "logps/rejected": float(out.rejected_logps.float().sum()),
+    }
