@@ -176,10 +176,16 @@ class DownloadJob:
             if other is not None and not other.progress.done:
                 raise ModelError(f"A download into {self.target} is already running; wait for it or cancel it.")
             _JOBS[self.target] = self
-        self.target.mkdir(parents=True, exist_ok=True)
-        self._drop_broken_files()
-        self._proc = subprocess.Popen(self._command(), env=self._child_env(), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.target.mkdir(parents=True, exist_ok=True)
+            self._drop_broken_files()
+            self._proc = subprocess.Popen(self._command(), env=self._child_env(), stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except OSError as exc:
+            with _JOBS_LOCK:
+                _JOBS.pop(self.target, None)
+            raise ModelError(f"Cannot start the download into {self.target}: {exc}. Check that the folder is "
+                             "writable and has free space.") from exc
         self._readers = [threading.Thread(target=self._read_events, daemon=True),
                          threading.Thread(target=self._read_log, daemon=True)]
         for reader in self._readers:
@@ -249,11 +255,25 @@ class DownloadJob:
 
     # ---- watching
     def _watch(self) -> None:
+        try:
+            self._follow_child()
+            for reader in self._readers:  # the child's last words (its error event) arrive after it exited
+                reader.join(timeout=5)
+            self._publish(self._final())
+        except Exception as exc:  # noqa: BLE001 - a waiter must always be released with a reason
+            _terminate(self._proc)
+            self._progress = replace(self._progress, done=True, error=f"download watcher failed: {exc!r}")
+        finally:
+            self._finished.set()
+
+    def _follow_child(self) -> None:
         samples: deque[tuple[float, int]] = deque()
         slow_since: float | None = None
         assert self._proc is not None
+        done_bytes = 0
         while self._proc.poll() is None:
-            now, done_bytes = time.monotonic(), _bytes_on_disk(self.target)
+            # Never backwards: a file renamed from its partial name between two folder listings is missed once.
+            now, done_bytes = time.monotonic(), max(done_bytes, _bytes_on_disk(self.target))
             samples.append((now, done_bytes))
             while samples and now - samples[0][0] > RATE_WINDOW_S:
                 samples.popleft()
@@ -264,10 +284,6 @@ class DownloadJob:
             self._cancelled.wait(self.interval_s)
             if self._cancelled.is_set():
                 _terminate(self._proc)
-        for reader in self._readers:  # the child's last words (its error event) arrive after it exited
-            reader.join(timeout=5)
-        self._publish(self._final())
-        self._finished.set()
 
     def _running_message(self) -> str:
         if self._total is None:
@@ -302,7 +318,10 @@ class DownloadJob:
     def _publish(self, progress: DownloadProgress) -> None:
         self._progress = progress
         if self.on_progress is not None:
-            self.on_progress(progress)
+            try:
+                self.on_progress(progress)
+            except Exception as exc:  # noqa: BLE001 - a broken display must not stop the download
+                self.log_tail.append(f"on_progress failed: {exc!r}")
 
 
 def _rate(samples: deque[tuple[float, int]]) -> float:

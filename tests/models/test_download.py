@@ -66,6 +66,7 @@ def test_download_reports_progress_and_checks_completeness(source, online, monke
     for f in source_repo.iterdir():
         assert (tmp_path / "out" / f.name).read_bytes() == f.read_bytes()
     assert not list((tmp_path / "hf-home").rglob("models--*"))  # nothing written into the shared HF cache
+    assert DownloadJob._child_env()["HF_XET_HIGH_PERFORMANCE"] == "1"  # Xet's fast mode on the real hub
 
 
 def test_hf_resumes_an_interrupted_transfer_with_a_range_request(online, monkeypatch, source_repo, tmp_path):
