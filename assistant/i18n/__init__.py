@@ -1,0 +1,75 @@
+"""Interface strings in English and Chinese; screens and the wizard only ever call `t(key, **values)`.
+
+The language comes from, in order: the --lang flag, $LFA_LANG, the user config file
+(`$XDG_CONFIG_HOME/lf-assistant/config.yaml`, key `lang`), the locale ($LC_ALL, $LC_MESSAGES, $LANG: zh* -> zh),
+else English. A key missing in Chinese falls back to English; a key missing everywhere shows as the key itself,
+so a gap is visible without crashing the screen (a test keeps both catalogs complete).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from assistant.i18n.en import STRINGS as EN
+from assistant.i18n.zh import STRINGS as ZH
+
+CATALOGS: dict[str, dict[str, str]] = {"en": EN, "zh": ZH}
+LANGUAGES: tuple[str, ...] = tuple(CATALOGS)
+_current = "en"
+
+
+def normalize(lang: str | None) -> str | None:
+    """'zh_CN.UTF-8' -> 'zh', 'en-US' -> 'en'; None for anything not offered."""
+    if not lang:
+        return None
+    code = lang.strip().lower().replace("-", "_").split(".")[0].split("_")[0]
+    return code if code in CATALOGS else None
+
+
+def _config_lang() -> str | None:
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    path = base / "lf-assistant" / "config.yaml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    return data.get("lang") if isinstance(data, dict) else None
+
+
+def detect_language(flag: str | None = None) -> str:
+    """The interface language: flag, $LFA_LANG, config file, locale, else en."""
+    for candidate in (flag, os.environ.get("LFA_LANG"), _config_lang()):
+        if normalize(candidate):
+            return normalize(candidate)
+    for key in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(key)
+        if value:  # the first locale variable that is set decides, as POSIX does
+            return normalize(value) or "en"
+    return "en"
+
+
+def set_language(lang: str | None) -> str:
+    """Switch the language for every later `t` call; returns the language in effect."""
+    global _current
+    _current = normalize(lang) or "en"
+    return _current
+
+
+def current_language() -> str:
+    return _current
+
+
+def t(key: str, **values: object) -> str:
+    """The string for `key` in the current language, formatted with `values`."""
+    text = CATALOGS[_current].get(key) or EN.get(key) or key
+    if not values:
+        return text
+    try:
+        return text.format(**values)
+    except (KeyError, IndexError, ValueError):
+        return text

@@ -1,0 +1,233 @@
+"""The guided TUI: one screen per stage of the skill, a progress board on each, state saved after every answer.
+
+`run_app()` is what `lf-assistant` (bare), `lf-assistant --resume RUN_ID` and `lf-assistant runs --tui` call.
+The app never trains, downloads or infers in its own process, and never imports torch: heavy work runs in
+child processes, watched from thread workers that post messages (assistant.tui.messages).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+
+from assistant.i18n import detect_language, set_language, t
+from assistant.tui.messages import FetchProgressed
+from assistant.wizard.skill import Skill, load_skill
+from assistant.wizard.stages import model as model_stage
+from assistant.wizard.state import WizardState, new_state, rename_for_model, run_path, save_state
+
+DetectDevices = Callable[[], Any]
+
+
+def _default_detector() -> Any:
+    from engine.devices import detect_devices
+
+    return detect_devices()
+
+
+class WizardApp(App):
+    """The wizard. `state` is the single source of truth for answers; screens change it only via commit/advance."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "lf-assistant"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [Binding("ctrl+q", "quit_wizard", show=False, priority=True),
+                Binding("f2", "review", show=False)]
+
+    def __init__(self, *, runs_dir: str | Path | None = None, resume: str | None = None, lang: str | None = None,
+                 review: bool = False, detect_devices: DetectDevices | None = None, skill: Skill | None = None,
+                 online: bool | None = None) -> None:
+        self.lang = set_language(detect_language(lang))
+        super().__init__()
+        from engine.rundir import runs_root
+
+        self.runs_dir = runs_root(runs_dir)
+        self.resume_id, self.review_mode = resume, review
+        self.detect_devices = detect_devices or _default_detector
+        self.skill = skill or load_skill("sft")
+        self.online = online
+        """None: decide from HF_HUB_OFFLINE and a quick probe; tests pass False."""
+        self.state: WizardState | None = None
+        self.resume_action: str | None = None
+        self.resume_status: dict = {}
+        self.fetch_text: str | None = None
+        self.device_report: Any = None
+        self.exit_hint: str | None = None
+
+    # ------------------------------------------------------------------ start
+    def on_mount(self) -> None:
+        if self.review_mode:
+            from assistant.tui.screens.review import RunsScreen
+
+            self.push_screen(RunsScreen())
+            return
+        if self.resume_id:
+            self._open_resumed(self.resume_id)
+            return
+        self.state = new_state(lang=self.lang)
+        save_state(self.state, self.runs_dir)
+        self.goto(self.skill.stage_ids[0], first=True)
+
+    def _open_resumed(self, run_id: str) -> None:
+        from engine.errors import EngineError
+        from engine.rundir import find_run
+
+        from assistant.wizard.resume import plan_resume
+
+        try:
+            plan = plan_resume(find_run(run_id, self.runs_dir).path, self.skill)
+        except EngineError as exc:
+            self.exit(message=str(exc))
+            return
+        self.state, self.resume_action, self.resume_status = plan.state, plan.action, plan.status
+        if self.state.download.get("state") == "running":  # the download died with the previous session
+            self.state = self.state.replace(download=dict(self.state.download, state="failed",
+                                                          error=t("model.download_interrupted")))
+        save_state(self.state, self.runs_dir)
+        self.goto(plan.stage, first=True)
+
+    # ------------------------------------------------------------------ state and navigation
+    @property
+    def run_folder(self) -> Path:
+        return run_path(self.state, self.runs_dir)
+
+    def commit(self, state: WizardState) -> None:
+        """Adopt a new state and save it (atomically) at once: quitting at any point loses nothing."""
+        self.state = state
+        save_state(state, self.runs_dir)
+        self.refresh_board()
+
+    def goto(self, stage_id: str, *, first: bool = False) -> None:
+        from assistant.tui.screens import screen_for
+
+        self.commit(self.state.replace(stage=stage_id))
+        screen = screen_for(stage_id)
+        if first:
+            self.push_screen(screen)
+        else:
+            self.switch_screen(screen)
+
+    def advance(self, stage_id: str, state: WizardState, notes: list[str] | None = None) -> None:
+        """Mark a stage done and open the next applicable one."""
+        done = [*[s for s in state.done if s != stage_id], stage_id]
+        state = state.replace(done=done)
+        if stage_id == "model":
+            state = self._rename(state)
+        self.commit(state)
+        following = self.skill.next_stage(stage_id, state.answers())
+        for note in notes or []:
+            self.notify(note, severity="warning", timeout=8)
+        if following is not None:
+            self.goto(following)
+
+    def _rename(self, state: WizardState) -> WizardState:
+        renamed = rename_for_model(state, self.runs_dir)
+        return renamed
+
+    def go_back(self) -> None:
+        """Back to the previous stage, until training was launched (its config is then fixed)."""
+        if self.state.launched or self.state.stage in ("train", "loss", "validate", "export", "summary"):
+            self.notify(t("app.no_back"), severity="information")
+            return
+        previous = self.skill.previous_stage(self.state.stage, self.state.answers())
+        if previous is not None:
+            self.goto(previous)
+
+    def refresh_board(self) -> None:
+        screen = self.screen if self.screen_stack else None
+        if screen is not None and hasattr(screen, "refresh_board"):
+            screen.refresh_board()
+
+    def device_label(self) -> str:
+        device = self.state.device if self.state else None
+        if not device:
+            return t("board.device_unset")
+        if device["platform"] == "cpu":
+            return "CPU"
+        return f"{device['platform'].upper()} {','.join(map(str, device['indices']))}"
+
+    # ------------------------------------------------------------------ background model fetch
+    def start_fetch(self, plan: model_stage.FetchPlan, source: str) -> None:
+        """Download (or build) the model in the background; progress shows on every screen's board."""
+        self.commit(self.state.replace(download={"target": str(plan.target), "source": source, "state": "running",
+                                                 "kind": plan.kind}, model_source=source))
+        self.fetch_text = t("fetch.starting")
+        self.refresh_board()
+        if plan.kind == "build":
+            self._build_demo(plan)
+        else:
+            self._download(plan, source)
+
+    @work(thread=True, group="fetch")
+    def _build_demo(self, plan: model_stage.FetchPlan) -> None:
+        self.post_message(FetchProgressed(t("fetch.building", name=plan.repo_id)))
+        command = model_stage.build_command(plan.repo_id, plan.target)
+        result = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        error = None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["?"])[-1]
+        self.post_message(FetchProgressed(t("fetch.built") if error is None else t("fetch.failed", error=error),
+                                          done=True, ok=error is None, error=error, target=plan.target))
+
+    @work(thread=True, group="fetch")
+    def _download(self, plan: model_stage.FetchPlan, source: str) -> None:
+        from engine.errors import EngineError
+        from engine.models.cache import human_bytes
+        from engine.models.download import start_download
+
+        finished = threading.Event()
+
+        def on_progress(progress) -> None:
+            if progress.done:
+                ok = progress.error is None
+                text = t("fetch.done") if ok else t("fetch.failed", error=progress.error)
+                self.post_message(FetchProgressed(text, done=True, ok=ok, error=progress.error, target=plan.target))
+                finished.set()
+                return
+            share = f"{100 * progress.downloaded_bytes / progress.total_bytes:.0f}% " if progress.total_bytes else ""
+            self.post_message(FetchProgressed(t("fetch.progress", share=share,
+                                                size=human_bytes(progress.downloaded_bytes),
+                                                rate=human_bytes(progress.rate_bps))))
+
+        try:
+            start_download(plan.repo_id, source=source, out_dir=plan.target, on_progress=on_progress)
+        except EngineError as exc:
+            self.post_message(FetchProgressed(t("fetch.failed", error=str(exc)), done=True, ok=False,
+                                              error=str(exc), target=plan.target))
+
+    def on_fetch_progressed(self, message: FetchProgressed) -> None:
+        self.fetch_text = message.text
+        if message.done:
+            self.commit(model_stage.fetch_finished(self.state, Path(message.target), ok=message.ok,
+                                                   error=message.error))
+            if message.ok:
+                self.fetch_text = None
+                self.notify(t("fetch.ready"), timeout=5)
+        self.refresh_board()
+        if hasattr(self.screen, "fetch_changed"):
+            self.screen.fetch_changed()
+
+    # ------------------------------------------------------------------ keys
+    def action_quit_wizard(self) -> None:
+        if self.state is not None:
+            save_state(self.state, self.runs_dir)
+            self.exit_hint = t("app.resume_hint", run_id=self.state.run_id)
+        self.exit()
+
+    def action_review(self) -> None:
+        from assistant.tui.screens.review import RunsScreen
+
+        self.push_screen(RunsScreen())
+
+
+def run_app(*, resume: str | None = None, lang: str | None = None, runs_dir: str | Path | None = None,
+            review: bool = False) -> None:
+    """Run the TUI in the terminal; after it closes, print how to come back to the run."""
+    app = WizardApp(runs_dir=runs_dir, resume=resume, lang=lang, review=review)
+    app.run()
+    if app.exit_hint:
+        print(app.exit_hint)

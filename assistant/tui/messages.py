@@ -1,0 +1,100 @@
+"""Messages that workers post (named in the past tense: something happened); handlers own the state.
+
+Workers never touch widgets: a thread worker computes, posts one of these, and the screen's handler updates the
+wizard state and the widgets on the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.message import Message
+
+
+class DatasetsListed(Message):
+    def __init__(self, folder: Any, rows: list, error: str | None = None) -> None:
+        super().__init__()
+        self.folder, self.rows, self.error = folder, rows, error
+
+
+class RowsCounted(Message):
+    def __init__(self, counts: dict, errors: dict) -> None:
+        super().__init__()
+        self.counts, self.errors = counts, errors
+
+
+class PreviewLoaded(Message):
+    def __init__(self, name: str, examples: list, error: str | None = None) -> None:
+        super().__init__()
+        self.name, self.examples, self.error = name, examples, error
+
+
+class FileChecked(Message):
+    def __init__(self, path: Any, report: Any, problems: list[str]) -> None:
+        super().__init__()
+        self.path, self.report, self.problems = path, report, problems
+
+
+class PlaceholdersFound(Message):
+    def __init__(self, found: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.found = found
+
+
+class ModelResolved(Message):
+    def __init__(self, outcome: Any, plan: Any = None) -> None:
+        super().__init__()
+        self.outcome, self.plan = outcome, plan
+
+
+class NetworkProbed(Message):
+    def __init__(self, reachable: bool, detail: str) -> None:
+        super().__init__()
+        self.reachable, self.detail = reachable, detail
+
+
+class FetchProgressed(Message):
+    """A background download (or demo build) moved on; posted to the app, shown on every screen's board."""
+
+    def __init__(self, text: str, done: bool = False, ok: bool = False, error: str | None = None,
+                 target: Any = None) -> None:
+        super().__init__()
+        self.text, self.done, self.ok, self.error, self.target = text, done, ok, error, target
+
+
+class DevicesDetected(Message):
+    def __init__(self, report: Any, error: str | None = None) -> None:
+        super().__init__()
+        self.report, self.error = report, error
+
+
+class ConfigChecked(Message):
+    def __init__(self, outcome: Any) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+class RunStarted(Message):
+    def __init__(self, run: Any, process: Any, error: str | None = None) -> None:
+        super().__init__()
+        self.run, self.process, self.error = run, process, error
+
+
+class RunPolled(Message):
+    def __init__(self, status: dict, new_metrics: list[dict], log_lines: list[str], last_metric_at: float | None) -> None:
+        super().__init__()
+        self.status, self.new_metrics, self.log_lines, self.last_metric_at = status, new_metrics, log_lines, last_metric_at
+
+
+class ProcessProgressed(Message):
+    """A line of progress from a validation or export process."""
+
+    def __init__(self, done: int, total: int, line: str = "") -> None:
+        super().__init__()
+        self.done, self.total, self.line = done, total, line
+
+
+class ProcessFinished(Message):
+    def __init__(self, returncode: int, lines: list[str], result: Any = None) -> None:
+        super().__init__()
+        self.returncode, self.lines, self.result = returncode, lines, result

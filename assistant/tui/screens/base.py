@@ -1,0 +1,88 @@
+"""What every stage screen shares: the progress board on the left, the stage's content, a message area, the help
+line, and the keys to go on (Ctrl+N) and back (Esc)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Static
+
+from assistant.i18n import t
+from assistant.tui.widgets.board import ProgressBoard
+from assistant.tui.widgets.keyhelp import KeyHelp
+
+if TYPE_CHECKING:
+    from assistant.tui.app import WizardApp
+    from assistant.wizard.skill import Stage
+    from assistant.wizard.state import WizardState
+
+COMMON_KEYS = [("Tab", "key.move"), ("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit")]
+
+
+class StageScreen(Screen):
+    """A stage of the wizard. Subclasses set STAGE and implement compose_body() and submit()."""
+
+    STAGE = ""
+    KEYS: list[tuple[str, str]] = COMMON_KEYS
+    BINDINGS = [Binding("ctrl+n", "next", show=False, priority=True), Binding("escape", "back", show=False)]
+
+    @property
+    def wizard(self) -> WizardApp:
+        return self.app  # type: ignore[return-value]
+
+    @property
+    def state(self) -> WizardState:
+        return self.wizard.state
+
+    @property
+    def stage(self) -> Stage:
+        return self.wizard.skill.stage(self.STAGE)
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="frame"):
+            yield ProgressBoard(id="board")
+            with Vertical(id="main"):
+                yield Static(t(f"stage.{self.STAGE}.title"), id="stage-title")
+                with VerticalScroll(id="body"):
+                    yield from self.compose_body()
+                with VerticalScroll(id="messages-box"):
+                    yield Static("", id="messages")
+        yield KeyHelp(self.KEYS, id="keyhelp")
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    # --- messages
+    def say(self, problems: list[str] | tuple = (), notes: list[str] | tuple = (), info: list[str] | tuple = ()) -> None:
+        """Show problems (red), notes (yellow) and plain information below the content; empty clears it."""
+        lines = [f"[red]✗ {escape(p)}[/]" for p in problems]
+        lines += [f"[yellow]! {escape(n)}[/]" for n in notes]
+        lines += [escape(i) for i in info]
+        self.query_one("#messages", Static).update("\n".join(lines))
+        box = self.query_one("#messages-box")
+        box.display = bool(lines)
+
+    def on_mount(self) -> None:
+        self.query_one("#messages-box").display = False
+
+    def refresh_board(self) -> None:
+        for board in self.query(ProgressBoard):
+            board.refresh_board()
+
+    # --- navigation
+    def action_next(self) -> None:
+        self.submit()
+
+    def submit(self) -> None:
+        """Check the answers and move on (each screen decides what that takes)."""
+
+    def action_back(self) -> None:
+        self.wizard.go_back()
+
+    def fetch_changed(self) -> None:
+        """Called by the app when a background download or build moved on."""

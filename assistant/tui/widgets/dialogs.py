@@ -1,0 +1,175 @@
+"""Modal dialogs: confirm a config table before it is written, confirm an action, edit one value, fill values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, DataTable, Input, Label, OptionList, Static
+
+from assistant.i18n import t
+from assistant.tui.widgets.keyhelp import KeyHelp
+from assistant.wizard.stages.train import display_path
+
+PATH_KEYS = ("model_name_or_path", "adapter_name_or_path", "dataset_dir", "output_dir", "export_dir")
+
+
+def fmt_value(value: Any, key: str = "") -> str:
+    """A config value as it reads in YAML (paths inside the working directory shown relative)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key in PATH_KEYS and isinstance(value, str) and value.startswith("/"):
+        return display_path(value)
+    return str(value)
+
+
+def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None) -> None:
+    table.clear(columns=True)
+    table.add_columns(*columns)
+    for index, row in enumerate(rows):
+        table.add_row(*[str(cell) for cell in row], key=keys[index] if keys else None)
+
+
+class ConfirmTable(ModalScreen[bool]):
+    """A YAML about to be written, as a parameter | value table; y writes it, n goes back without writing."""
+
+    BINDINGS = [Binding("y", "answer(True)", show=False), Binding("n", "answer(False)", show=False),
+                Binding("escape", "answer(False)", show=False)]
+
+    def __init__(self, title: str, rows: list[tuple[str, Any]], note: str = "") -> None:
+        super().__init__()
+        self.title_text, self.rows, self.note = title, rows, note
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            table = DataTable(id="confirm-table", cursor_type="row", zebra_stripes=True)
+            yield table
+            if self.note:
+                yield Static(self.note, classes="note")
+            with Horizontal(classes="buttons"):
+                yield Button(t("button.write"), id="yes", variant="success")
+                yield Button(t("button.cancel"), id="no")
+        yield KeyHelp([("y", "key.confirm"), ("n", "key.cancel"), ("↑↓", "key.scroll")])
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        fill_table(table, [t("col.parameter"), t("col.value")], [[k, fmt_value(v, k)] for k, v in self.rows])
+        table.focus()
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """A yes/no question (stopping a run, leaving a stage with work in flight)."""
+
+    BINDINGS = [Binding("y", "answer(True)", show=False), Binding("n", "answer(False)", show=False),
+                Binding("escape", "answer(False)", show=False)]
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog small"):
+            yield Static(self.message)
+            with Horizontal(classes="buttons"):
+                yield Button(t("button.yes"), id="yes", variant="warning")
+                yield Button(t("button.no"), id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class EditValue(ModalScreen["str | None"]):
+    """Edit one parameter: its help text, then a list of its choices or a text field. Enter sets, Esc cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", show=False)]
+
+    def __init__(self, key: str, current: Any, help_text: str, choices: tuple | None = None,
+                 all_keys: list[str] | None = None) -> None:
+        super().__init__()
+        self.key, self.current, self.help_text, self.choices = key, current, help_text, choices
+        self.all_keys = all_keys
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog small"):
+            if self.all_keys is not None:
+                yield Label(t("config.which_param"), classes="dialog-title")
+                yield Input(placeholder="learning_rate", id="edit-key",
+                            suggester=SuggestFromList(self.all_keys, case_sensitive=True))
+            else:
+                yield Label(self.key, classes="dialog-title")
+                yield Static(self.help_text, classes="note")
+                if self.choices:
+                    options = [fmt_value(choice) for choice in self.choices]
+                    yield OptionList(*options, id="edit-choices")
+                else:
+                    yield Input(value=fmt_value(self.current) if self.current is not None else "", id="edit-value")
+        yield KeyHelp([("Enter", "key.set"), ("Esc", "key.cancel")])
+
+    def on_mount(self) -> None:
+        widget = self.query_one("#edit-key, #edit-choices, #edit-value")
+        widget.focus()
+        if isinstance(widget, OptionList) and self.current in (self.choices or ()):
+            widget.highlighted = list(self.choices).index(self.current)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(fmt_value(self.choices[event.option_index]))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class AskValues(ModalScreen["dict | None"]):
+    """One text field per name (e.g. the {{name}} and {{author}} of a templated dataset)."""
+
+    BINDINGS = [Binding("escape", "cancel", show=False), Binding("ctrl+s", "submit", show=False)]
+
+    def __init__(self, title: str, names: list[str], values: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.title_text, self.names, self.values = title, names, values or {}
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            for index, name in enumerate(self.names):
+                yield Label("{{" + name + "}}")
+                yield Input(value=self.values.get(name, ""), id=f"value-{index}", classes="value-input")
+        yield KeyHelp([("Tab", "key.move"), ("Enter", "key.submit"), ("Esc", "key.cancel")])
+
+    def on_mount(self) -> None:
+        self.query(Input).first().focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        inputs = list(self.query(Input))
+        position = inputs.index(event.input)
+        if position + 1 < len(inputs):
+            inputs[position + 1].focus()
+        else:
+            self.action_submit()
+
+    def action_submit(self) -> None:
+        self.dismiss({name: self.query_one(f"#value-{i}", Input).value for i, name in enumerate(self.names)})
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

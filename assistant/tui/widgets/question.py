@@ -1,0 +1,37 @@
+"""A skill question rendered as a radio set: its prompt and its choices, all labels from the i18n catalog."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, RadioButton, RadioSet
+
+from assistant.i18n import t
+from assistant.wizard.skill import Question
+
+
+class QuestionSet(Vertical):
+    """`value` is the chosen choice's name (e.g. "lora"), never its translated label."""
+
+    DEFAULT_CSS = "QuestionSet { height: auto; margin-bottom: 1; } QuestionSet RadioSet { width: 100%; }"
+
+    def __init__(self, question: Question, selected: str | None = None, **kwargs) -> None:
+        super().__init__(id=kwargs.pop("id", f"q-{question.id}"), **kwargs)
+        self.question = question
+        self.selected = selected if selected in question.choices else question.default
+
+    def compose(self) -> ComposeResult:
+        yield Label(t(f"q.{self.question.id}.prompt"), classes="question")
+        with RadioSet(id=f"{self.question.id}-set"):
+            for choice in self.question.choices:
+                yield RadioButton(t(f"q.{self.question.id}.{choice}"), value=choice == self.selected,
+                                  id=f"{self.question.id}--{choice}")
+
+    @property
+    def value(self) -> str:
+        pressed = self.query_one(RadioSet).pressed_button
+        return pressed.id.split("--", 1)[1] if pressed is not None and pressed.id else self.selected
+
+    def choose(self, choice: str) -> None:
+        """Select a choice programmatically (resume restores answers this way)."""
+        self.query_one(f"#{self.question.id}--{choice}", RadioButton).value = True

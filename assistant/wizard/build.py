@@ -1,0 +1,172 @@
+"""The only place wizard answers become an engine training config.
+
+It starts from the official example YAML for the model family and method, applies each change the answers call
+for, and records every change as a diff row (parameter | default | new | reason). The default column is the
+example's value (or the engine default for keys the example does not set). What `build_train_config` returns is
+exactly what `engine.api.prepare_run` will write: paths are absolute already, values are typed by the engine's
+own config dataclass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assistant.i18n import t
+from assistant.wizard.skill import Skill
+from assistant.wizard.state import WizardState, stamp_of
+
+# finetuning_type written to the config for each method; QLoRA is LoRA on a quantized base.
+METHOD_TYPES: dict[str, str] = {"lora": "lora", "qlora": "lora", "full": "full", "freeze": "freeze"}
+
+
+@dataclass
+class DiffRow:
+    parameter: str
+    default: Any
+    new: Any
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"parameter": self.parameter, "default": self.default, "new": self.new, "reason": self.reason}
+
+
+@dataclass
+class BuiltConfig:
+    """A training config ready to confirm: its values, the example's values, the diff and the step count."""
+
+    config: dict[str, Any]
+    defaults: dict[str, Any]
+    diff: list[DiffRow]
+    notes: list[str] = field(default_factory=list)
+    rows: int | None = None
+    """Training rows after max_samples (None when a dataset's size is unknown)."""
+    total_steps: int | None = None
+
+
+def _normalize(values: dict[str, Any]) -> dict[str, Any]:
+    """Typed through the engine's TrainConfig: '1e-4' becomes 1e-4, foreign keys drop out, defaults fill in."""
+    from engine.api import load_config
+    from engine.config import config_to_dict
+
+    return config_to_dict(load_config(values))
+
+
+def example_values(example: str | Path) -> dict[str, Any]:
+    from engine.config import read_yaml
+
+    return _normalize(read_yaml(example))
+
+
+def output_dir_for(state: WizardState, base: Path | None = None) -> str:
+    """saves/<model>/<method>/sft_<stamp> (absolute): checkpoints stay out of lf_runs/ and models/."""
+    name = Path(str(state.model_path or state.model or "model").rstrip("/")).name.lower()
+    stamp = stamp_of(state.run_id)
+    suffix = stamp.strftime("%Y%m%d_%H%M%S") if stamp else state.run_id
+    return str(((base or Path.cwd()) / "saves" / name / (state.method or "lora") / f"sft_{suffix}").resolve())
+
+
+def model_location(state: WizardState) -> str:
+    """The folder training will load: the complete local copy, else the running download's target."""
+    location = state.model_path or state.download.get("target") or state.model or ""
+    path = Path(location).expanduser()
+    return str(path.resolve()) if path.exists() or state.download.get("target") else location
+
+
+def _device_changes(state: WizardState, values: dict) -> list[tuple[str, Any, str]]:
+    changes = []
+    on_cpu = not state.device or state.device.get("platform") == "cpu"
+    if on_cpu and (values.get("bf16") or values.get("fp16")):
+        key = "bf16" if values.get("bf16") else "fp16"
+        changes.append((key, False, t("reason.cpu_precision")))
+    multi = bool(state.device) and len(state.device.get("indices", [])) > 1
+    if values.get("deepspeed") and not multi:
+        changes.append(("deepspeed", None, t("reason.no_deepspeed")))
+    return changes
+
+
+def _model_changes(state: WizardState, values: dict) -> list[tuple[str, Any, str]]:
+    from engine.models.registry import FAMILIES
+
+    changes = [("model_name_or_path", model_location(state), t("reason.model")),
+               ("template", state.template, t("reason.template", rule=state.template_rule or "registry"))]
+    family = FAMILIES.get(state.family or "")
+    if values.get("trust_remote_code") and not (family and family.trust_remote_code):
+        changes.append(("trust_remote_code", False, t("reason.no_remote_code")))
+    method = state.method or "lora"
+    changes.append(("finetuning_type", METHOD_TYPES[method], t("reason.method", method=method)))
+    if method == "qlora" and not values.get("quantization_bit"):
+        changes.append(("quantization_bit", 4, t("reason.method", method=method)))
+    if method != "qlora" and values.get("quantization_bit"):
+        changes.append(("quantization_bit", None, t("reason.method", method=method)))
+    return changes
+
+
+def _demo_changes(state: WizardState, skill: Skill) -> list[tuple[str, Any, str]]:
+    if state.family != "demo":
+        return []
+    settings = skill.stage("config").settings
+    changes = [(key, value, t("reason.demo")) for key, value in settings.get("demo_adaptations", {}).items()]
+    rate = settings.get("demo_learning_rate", {}).get(state.method or "lora")
+    if rate:
+        changes.append(("learning_rate", rate, t("reason.demo_lr")))
+    return changes
+
+
+def _changes(state: WizardState, skill: Skill, defaults: dict) -> list[tuple[str, Any, str]]:
+    """Every change to the example, in order; a later change of the same key wins (and gives the reason)."""
+    changes = _model_changes(state, defaults)
+    changes.append(("dataset", ",".join(state.datasets), t("reason.dataset")))
+    if state.dataset_dir:
+        changes.append(("dataset_dir", str(Path(state.dataset_dir).resolve()), t("reason.dataset_dir")))
+    changes.append(("output_dir", output_dir_for(state), t("reason.output_dir")))
+    changes += _device_changes(state, defaults)
+    changes += _demo_changes(state, skill)
+    changes += [(key, value, t("reason.small_data")) for key, value in state.suggestions.items()]
+    changes += [(key, value, t("reason.user")) for key, value in state.edits.items()]
+    return changes
+
+
+def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
+    """The config for this state, with the diff against the example and the small-dataset numbers."""
+    defaults = example_values(state.example)
+    values, reasons = dict(defaults), {}
+    for key, value, reason in _changes(state, skill, defaults):
+        values[key], reasons[key] = value, reason
+    config = _normalize(values)
+    diff = [DiffRow(key, defaults.get(key), config[key], reasons.get(key, t("reason.user")))
+            for key in config if config[key] != defaults.get(key)]
+    built = BuiltConfig(config, defaults, diff)
+    built.rows = training_rows(state, config)
+    built.total_steps = total_steps(config, built.rows, devices=device_count(state))
+    return built
+
+
+def device_count(state: WizardState) -> int:
+    return max(1, len((state.device or {}).get("indices") or []))
+
+
+def training_rows(state: WizardState, config: dict) -> int | None:
+    """Rows trained on: each dataset capped at max_samples (LLaMA-Factory's per-dataset semantics)."""
+    counts = [state.dataset_rows.get(name) for name in state.datasets]
+    if not counts or any(c is None for c in counts):
+        return None
+    cap = config.get("max_samples")
+    rows = sum(min(c, cap) if cap else c for c in counts)
+    val = config.get("val_size") or 0
+    held_out = int(val) if val >= 1 else (max(1, round(rows * val)) if val else 0)
+    return max(0, rows - held_out)
+
+
+def total_steps(config: dict, rows: int | None, *, devices: int = 1) -> int | None:
+    """ceil(rows / (batch x grad_accum x devices)) x epochs (as the engine counts: a short last group of
+    micro-batches still makes a step), or max_steps when set."""
+    if config.get("max_steps") and config["max_steps"] > 0:
+        return int(config["max_steps"])
+    if rows is None:
+        return None
+    micro_batches = math.ceil(rows / (config["per_device_train_batch_size"] * devices))
+    per_epoch = max(1, math.ceil(micro_batches / config["gradient_accumulation_steps"]))
+    return math.ceil(config["num_train_epochs"] * per_epoch)

@@ -1,0 +1,176 @@
+"""The declarative workflow (`skills/<name>/skill.yaml`): stages, questions, defaults and guards.
+
+The wizard and the screens ask this module what comes next and which stages apply; the order of the stages is
+never written into a screen. The YAML is read with `yaml.safe_load` and checked field by field, so a typo in a
+skill file is reported with the stage and key rather than surfacing as a KeyError mid-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from engine.errors import ConfigError
+
+SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
+
+Mark = Literal["done", "current", "todo", "skipped"]
+MARK_TEXT: dict[str, str] = {"done": "[x]", "current": "[~]", "todo": "[ ]", "skipped": "[-]"}
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question of a stage: an id (its answer's key in the wizard state), the choices and the default."""
+
+    id: str
+    choices: tuple[str, ...]
+    default: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage (one screen). `when` maps answer keys to the values under which the stage applies."""
+
+    id: str
+    board: str | None
+    questions: tuple[Question, ...] = ()
+    when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def question(self, question_id: str) -> Question:
+        for question in self.questions:
+            if question.id == question_id:
+                return question
+        raise KeyError(f"stage {self.id} has no question {question_id!r}")
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A whole workflow: the board lines and the stages in order."""
+
+    name: str
+    board: tuple[str, ...]
+    stages: tuple[Stage, ...]
+
+    @property
+    def stage_ids(self) -> list[str]:
+        return [stage.id for stage in self.stages]
+
+    def stage(self, stage_id: str) -> Stage:
+        for stage in self.stages:
+            if stage.id == stage_id:
+                return stage
+        raise KeyError(f"skill {self.name} has no stage {stage_id!r}; stages: {', '.join(self.stage_ids)}")
+
+    def applies(self, stage_id: str, answers: Mapping[str, Any]) -> bool:
+        """Whether a stage applies under these answers (an unanswered guard key counts as applying)."""
+        for key, allowed in self.stage(stage_id).when.items():
+            value = answers.get(key)
+            if value is not None and value not in allowed:
+                return False
+        return True
+
+    def next_stage(self, stage_id: str, answers: Mapping[str, Any]) -> str | None:
+        """The first applicable stage after `stage_id`, or None at the end."""
+        ids = self.stage_ids
+        for candidate in ids[ids.index(stage_id) + 1:]:
+            if self.applies(candidate, answers):
+                return candidate
+        return None
+
+    def previous_stage(self, stage_id: str, answers: Mapping[str, Any]) -> str | None:
+        ids = self.stage_ids
+        for candidate in reversed(ids[:ids.index(stage_id)]):
+            if self.applies(candidate, answers):
+                return candidate
+        return None
+
+    def board_marks(self, current: str, done: set[str] | list[str], answers: Mapping[str, Any]) -> list[tuple[str, Mark]]:
+        """(board line, mark) for every line: skipped when none of its stages apply, done when all applicable
+        ones are done, current when the current stage belongs to it."""
+        done = set(done)
+        marks: list[tuple[str, Mark]] = []
+        for line in self.board:
+            stages = [s.id for s in self.stages if s.board == line and self.applies(s.id, answers)]
+            if not stages:
+                marks.append((line, "skipped"))
+            elif current in stages and current not in done:
+                marks.append((line, "current"))
+            elif all(s in done for s in stages):
+                marks.append((line, "done"))
+            else:
+                marks.append((line, "todo"))
+        return marks
+
+
+def _fail(where: str, message: str) -> ConfigError:
+    return ConfigError(f"{where}: {message}. Fix the skill file (see skills/sft/skill.yaml for the shape).")
+
+
+def _question(raw: Any, where: str) -> Question:
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+        raise _fail(where, "a question needs an id")
+    choices = raw.get("choices")
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+        raise _fail(f"{where} question {raw['id']}", "choices must be a non-empty list of names")
+    default = raw.get("default", choices[0])
+    if default not in choices:
+        raise _fail(f"{where} question {raw['id']}", f"default {default!r} is not one of {choices}")
+    return Question(raw["id"], tuple(choices), default)
+
+
+def _stage(raw: Any, board: tuple[str, ...], index: int) -> Stage:
+    where = f"stage #{index + 1}"
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+        raise _fail(where, "each stage needs an id")
+    where = f"stage {raw['id']}"
+    unknown = set(raw) - {"id", "board", "questions", "when", "settings"}
+    if unknown:
+        raise _fail(where, f"unknown keys {sorted(unknown)}")
+    line = raw.get("board")
+    if line is not None and line not in board:
+        raise _fail(where, f"board line {line!r} is not one of {list(board)}")
+    when = raw.get("when") or {}
+    if not isinstance(when, dict) or not all(isinstance(v, list) for v in when.values()):
+        raise _fail(where, "when must map answer keys to lists of values")
+    settings = raw.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise _fail(where, "settings must be a mapping")
+    questions = tuple(_question(q, where) for q in raw.get("questions") or [])
+    return Stage(raw["id"], line, questions, {k: tuple(v) for k, v in when.items()}, settings)
+
+
+def parse_skill(data: Any, source: str = "skill") -> Skill:
+    """A Skill from the parsed YAML; ConfigError naming the stage and key for anything malformed."""
+    if not isinstance(data, dict):
+        raise _fail(source, "the file must hold a mapping")
+    board = data.get("board")
+    if not isinstance(board, list) or not all(isinstance(b, str) for b in board):
+        raise _fail(source, "board must be a list of line names")
+    raw_stages = data.get("stages")
+    if not isinstance(raw_stages, list) or not raw_stages:
+        raise _fail(source, "stages must be a non-empty list")
+    stages = tuple(_stage(raw, tuple(board), i) for i, raw in enumerate(raw_stages))
+    ids = [s.id for s in stages]
+    if len(set(ids)) != len(ids):
+        raise _fail(source, f"stage ids repeat: {ids}")
+    question_ids = [q.id for s in stages for q in s.questions]
+    if len(set(question_ids)) != len(question_ids):
+        raise _fail(source, f"question ids repeat: {question_ids}")
+    return Skill(str(data.get("name", source)), tuple(board), stages)
+
+
+_CACHE: dict[Path, Skill] = {}
+
+
+def load_skill(name: str = "sft", *, skills_dir: Path | None = None) -> Skill:
+    """Load and check skills/<name>/skill.yaml (cached per path)."""
+    path = (skills_dir or SKILLS_DIR) / name / "skill.yaml"
+    if path not in _CACHE:
+        if not path.is_file():
+            raise ConfigError(f"Skill file {path} is missing. Reinstall lf-assistant from a source checkout.")
+        _CACHE[path] = parse_skill(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+    return _CACHE[path]

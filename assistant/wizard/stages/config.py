@@ -1,0 +1,158 @@
+"""Stage 3: the training parameters — edits in place, and the small-dataset check with a concrete fix.
+
+Every parameter, its help text and its choices come from `engine.config.train.TrainConfig`'s field metadata, so
+the table and the edit dialog never restate an option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from assistant.i18n import t
+from assistant.wizard.build import BuiltConfig
+from assistant.wizard.skill import Skill
+from assistant.wizard.stages import Outcome, refused
+from assistant.wizard.state import WizardState
+
+STAGE = "config"
+# Keys the wizard owns through earlier stages; editing them here would bypass their checks.
+OWNED_BY_STAGES: dict[str, str] = {"dataset": "data", "dataset_dir": "data", "model_name_or_path": "model",
+                                   "stage": "flow", "do_train": "flow"}
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    name: str
+    help: str
+    section: str
+    choices: tuple | None
+
+
+def params() -> dict[str, ParamInfo]:
+    """Every editable training parameter with its help, section and choices, in declaration order."""
+    from engine.config.train import TrainConfig
+
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.metadata.get("internal"):
+            continue
+        out[f.name] = ParamInfo(f.name, f.metadata.get("help", ""), f.metadata.get("section", "train"),
+                                f.metadata.get("choices"))
+    return out
+
+
+def parse_value(raw: str) -> Any:
+    """What the user typed, read as a YAML scalar (numbers, true/false, null); empty means unset (None)."""
+    text = (raw or "").strip()
+    if not text:
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return text if isinstance(value, (list, dict)) else value
+
+
+def apply_edit(state: WizardState, key: str, raw: str) -> Outcome:
+    """Set one parameter by hand (reason "user-specified"); the engine's own type check decides."""
+    info = params().get(key)
+    if info is None:
+        import difflib
+
+        near = difflib.get_close_matches(key, list(params()), n=1)
+        return refused(t("config.unknown_param", key=key, hint=near[0] if near else "-"))
+    if key in OWNED_BY_STAGES:
+        return refused(t("config.owned", key=key, stage=t(f"stage.{OWNED_BY_STAGES[key]}.title")))
+    value = parse_value(raw)
+    from engine.api import load_config
+    from engine.errors import EngineError
+
+    try:
+        typed = getattr(load_config({key: value}), key)
+    except EngineError as exc:
+        return refused(str(exc))
+    if info.choices and typed is not None and typed not in info.choices:
+        return refused(t("config.bad_choice", key=key, value=typed, choices=", ".join(map(str, info.choices))))
+    edits = dict(state.edits, **{key: typed})
+    return Outcome(state.replace(edits=edits))
+
+
+def clear_edit(state: WizardState, key: str) -> WizardState:
+    """Undo a hand edit (and an accepted suggestion) of one parameter."""
+    return state.replace(edits={k: v for k, v in state.edits.items() if k != key},
+                         suggestions={k: v for k, v in state.suggestions.items() if k != key})
+
+
+@dataclass
+class Advice:
+    """Why the step count is a problem, and the changes that fix it."""
+
+    problems: list[str]
+    suggestions: dict[str, Any] = field(default_factory=dict)
+    mix_dataset: str | None = None
+
+
+def small_data_advice(built: BuiltConfig, state: WizardState, skill: Skill, available: list[str]) -> Advice | None:
+    """None when the run gives enough steps and loss points; else what is wrong and a proposed fix:
+    mix in a general dataset, moderate epochs, and a logging interval that yields several points."""
+    steps = built.total_steps
+    if steps is None:
+        return None
+    settings = skill.stage(STAGE).settings
+    few, points, moderate = settings["few_steps"], settings["min_loss_points"], settings["moderate_epochs"]
+    config = built.config
+    problems, suggestions = [], {}
+    logging_steps = config["logging_steps"]
+    if steps < few:
+        problems.append(t("config.few_steps", steps=steps, rows=built.rows, few=few))
+        epochs = config["num_train_epochs"]
+        per_epoch = max(1, steps / max(epochs, 1e-9))
+        wanted = min(moderate, max(epochs, math.ceil(few / per_epoch)))
+        if wanted > epochs:
+            suggestions["num_train_epochs"] = float(wanted)
+            steps = math.ceil(per_epoch * wanted)
+    if logging_steps >= steps or steps // logging_steps < points:
+        problems.append(t("config.few_points", logging_steps=logging_steps, steps=built.total_steps, points=points))
+    if not problems:
+        return None
+    new_logging = max(1, steps // points)
+    if new_logging < logging_steps:
+        suggestions["logging_steps"] = new_logging
+    mix = next((name for name in settings.get("general_datasets", [])
+                if name in available and name not in state.datasets), None)
+    if built.total_steps < few and mix:
+        problems.append(t("config.mix_hint", dataset=mix))
+    else:
+        mix = None
+    return Advice(problems, suggestions, mix)
+
+
+def accept_advice(state: WizardState, advice: Advice, *, mix_rows: int | None = None) -> WizardState:
+    """Take the proposed changes; they appear in the diff with the small-dataset reason."""
+    new = state.replace(suggestions=dict(state.suggestions, **advice.suggestions))
+    if advice.mix_dataset and advice.mix_dataset not in new.datasets:
+        rows = dict(new.dataset_rows)
+        if mix_rows is not None:
+            rows[advice.mix_dataset] = mix_rows
+        new = new.replace(datasets=[*new.datasets, advice.mix_dataset], dataset_rows=rows)
+    return new
+
+
+def confirm(state: WizardState, built: BuiltConfig) -> Outcome:
+    """Leave the stage with the diff recorded (the runs review shows it later)."""
+    from engine.api import load_config, validate
+
+    problems = [p for p in validate(load_config(built.config)) if not _download_pending(state, p)]
+    if problems:
+        return refused(*problems)
+    return Outcome(state.replace(diff=[row.to_dict() for row in built.diff]))
+
+
+def _download_pending(state: WizardState, problem: str) -> bool:
+    """A model still downloading fails the folder check now; training waits for it instead."""
+    return state.download.get("state") == "running" and "model_name_or_path" in problem

@@ -1,0 +1,182 @@
+"""Stage 1: the data — registered datasets from a dataset folder, or the user's own files brought in safely.
+
+Custom files are checked first (every problem with its row), optionally converted into a new file, copied into
+the dataset folder and registered in dataset_info.json (atomically). A templated dataset ({{name}}, {{author}},
+any {{var}}) is filled into a copy registered under a new name. The user's files are never modified.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assistant.i18n import t
+from assistant.wizard.stages import Outcome, refused
+from assistant.wizard.state import WizardState
+
+STAGE = "data"
+
+
+@dataclass
+class DatasetRow:
+    """One registered dataset as the list shows it."""
+
+    name: str
+    file_name: str | None
+    formatting: str
+    ranking: bool
+    available: bool
+    """The rows are on this machine (a local file that exists); hub-only entries are listed but not selectable."""
+    note: str = ""
+
+
+def find_dir(text: str) -> Outcome:
+    """The dataset folder the user named (it must hold dataset_info.json); refusals say where it looked."""
+    from engine.data.registry import find_dataset_dir
+    from engine.errors import EngineError
+
+    try:
+        folder = find_dataset_dir(text or "data")
+    except EngineError as exc:
+        return refused(str(exc), code="no_dataset_dir")
+    return Outcome(None, notes=[str(folder)])
+
+
+def list_datasets(dataset_dir: Path) -> list[DatasetRow]:
+    """Every entry of dataset_info.json, with whether it can be trained on here."""
+    from engine.data.registry import dataset_file_path, load_dataset_info
+    from engine.errors import EngineError
+
+    rows = []
+    for name, spec in load_dataset_info(Path(dataset_dir)).items():
+        available, note = spec.is_local, ""
+        if not spec.is_local:
+            note = t("data.hub_only")
+        else:
+            try:
+                dataset_file_path(spec, Path(dataset_dir))
+            except EngineError:
+                available, note = False, t("data.file_missing")
+        if spec.ranking:
+            available, note = False, t("data.preference")
+        rows.append(DatasetRow(name, spec.file_name, spec.formatting, spec.ranking, available, note))
+    return rows
+
+
+def count_rows(dataset_dir: Path, name: str) -> tuple[int, float]:
+    """(rows, mean characters per row) of a registered local dataset."""
+    import json
+
+    from engine.data.loader import read_records
+    from engine.data.registry import dataset_file_path, get_dataset_spec
+
+    spec = get_dataset_spec(name, Path(dataset_dir))
+    records = read_records(dataset_file_path(spec, Path(dataset_dir)))
+    chars = sum(len(json.dumps(r, ensure_ascii=False)) for r in records)
+    return len(records), (chars / len(records) if records else 0.0)
+
+
+def preview(dataset_dir: Path, name: str, limit: int = 3) -> list[dict[str, Any]]:
+    """The first rows, normalized to messages; the assistant turns are what training learns."""
+    from engine.data.formats import convert_record
+    from engine.data.loader import read_records
+    from engine.data.registry import dataset_file_path, get_dataset_spec
+
+    spec = get_dataset_spec(name, Path(dataset_dir))
+    records = read_records(dataset_file_path(spec, Path(dataset_dir)))
+    return [convert_record(record, spec, index) for index, record in enumerate(records[:limit])]
+
+
+def choose(state: WizardState, dataset_dir: Path, names: list[str], listing: list[DatasetRow],
+           counts: dict[str, tuple[int, float]]) -> Outcome:
+    """Train on these registered datasets (at least one; each available for SFT)."""
+    if not names:
+        return refused(t("data.none_selected"))
+    by_name = {row.name: row for row in listing}
+    problems = [t("data.not_available", name=n, note=by_name[n].note if n in by_name else t("data.unknown"))
+                for n in names if n not in by_name or not by_name[n].available]
+    if problems:
+        return refused(*problems)
+    return Outcome(state.replace(dataset_dir=str(Path(dataset_dir).resolve()), datasets=list(names),
+                                 dataset_rows={n: counts[n][0] for n in names if n in counts},
+                                 dataset_chars={n: counts[n][1] for n in names if n in counts}))
+
+
+# ----------------------------------------------------------------------------------------- templated datasets
+def placeholders(dataset_dir: Path, name: str) -> list[str]:
+    """The {{var}} names a registered dataset's file contains, in order of first appearance."""
+    from engine.data import find_placeholders
+    from engine.data.registry import dataset_file_path, get_dataset_spec
+
+    spec = get_dataset_spec(name, Path(dataset_dir))
+    return list(find_placeholders(dataset_file_path(spec, Path(dataset_dir))))
+
+
+def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict[str, str], suffix: str) -> Outcome:
+    """Write <name><suffix> with every {{var}} replaced, register it, and train on it instead of `name`."""
+    empty = [var for var, value in values.items() if not str(value).strip()]
+    if empty:
+        return refused(t("data.empty_values", names=", ".join(empty)))
+    from engine.data import fill_placeholders
+    from engine.data.registry import dataset_file_path, get_dataset_spec, register_dataset
+
+    dataset_dir = Path(dataset_dir)
+    spec = get_dataset_spec(name, dataset_dir)
+    source = dataset_file_path(spec, dataset_dir)
+    new_name = f"{name}{suffix}"
+    target = source.with_name(f"{source.stem}{suffix}{source.suffix}")
+    fill_placeholders(source, values, target)
+    entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir.resolve()).as_posix())
+    register_dataset(dataset_dir, new_name, entry, overwrite=True)
+    datasets = [new_name if n == name else n for n in state.datasets]
+    rows = {(new_name if k == name else k): v for k, v in state.dataset_rows.items()}
+    chars = {(new_name if k == name else k): v for k, v in state.dataset_chars.items()}
+    filled = dict(state.filled, **{new_name: {"from": name, "values": dict(values)}})
+    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=filled))
+
+
+# ------------------------------------------------------------------------------------------------ custom files
+def check_custom(path_text: str) -> tuple[Path | None, Any, list[str]]:
+    """(path, the engine's CheckReport, problems as lines) for one file the user named."""
+    from engine.data import check_file
+    from engine.errors import EngineError
+
+    path = Path(path_text.strip()).expanduser()
+    if not path.exists():
+        return None, None, [t("data.no_such_file", path=str(path))]
+    try:
+        report = check_file(path)
+    except EngineError as exc:
+        return path, None, [str(exc)]
+    return path, report, [str(p) for p in report.problems]
+
+
+def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool) -> Outcome:
+    """Copy (or convert) `source` into the dataset folder as <name>.json(l) and register it; the source stays."""
+    from engine.data import check_file, convert_file
+    from engine.data.registry import register_dataset
+    from engine.errors import EngineError
+
+    name = (name or "").strip()
+    if not name or "," in name or "/" in name:
+        return refused(t("data.bad_name", name=name))
+    dataset_dir = Path(dataset_dir).resolve()
+    suffix = ".json" if convert else source.suffix.lower()
+    target = dataset_dir / f"{name}{suffix}"
+    if target.exists() and target.resolve() != source.resolve():
+        return refused(t("data.target_exists", path=str(target)))
+    try:
+        if convert:
+            convert_file(source, target)
+        elif target.resolve() != source.resolve():
+            shutil.copyfile(source, target)
+        report = check_file(target)
+        entry = dict(getattr(report, "spec", None) or {"file_name": target.name})
+        entry["file_name"] = target.name
+        register_dataset(dataset_dir, name, entry)
+    except EngineError as exc:
+        return refused(str(exc))
+    record = {"source": str(source), "name": name, "file": str(target), "converted": convert}
+    return Outcome(state.replace(onboarded=[*state.onboarded, record]))

@@ -1,0 +1,104 @@
+"""Stage 7: export — merge a LoRA/QLoRA adapter into its full-precision base, or re-save a full model.
+
+For Full (and Freeze) training nothing is merged: the output folder is already a whole model, and the screen
+never calls it a merge. Merging into a quantized base is refused: the result is a broken model (LLaMA-Factory
+#5171); merge into the full-precision base and quantize afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from assistant.i18n import t
+from assistant.wizard.skill import Skill
+from assistant.wizard.stages import Outcome, refused
+from assistant.wizard.state import WizardState
+
+STAGE = "export"
+EXPORT_FILE = "export.yaml"
+EXPORTED = re.compile(r"exported to (.+)$")
+PROGRESS = re.compile(r"progress\s+(\d+)\s*/\s*(\d+)")
+
+
+def merges(method: str | None) -> bool:
+    """True when export merges an adapter (LoRA/QLoRA); False when it re-saves a whole model."""
+    return method in ("lora", "qlora")
+
+
+def default_dir(state: WizardState, skill: Skill, train_config: dict) -> str:
+    """models/<base>-merged for LoRA/QLoRA, models/<base>-sft for Full/Freeze (absolute)."""
+    suffix = skill.stage(STAGE).settings["suffix"].get(state.method or "lora", "-sft")
+    base = Path(str(train_config["model_name_or_path"]).rstrip("/")).name
+    return str((Path.cwd() / "models" / f"{base}{suffix}").resolve())
+
+
+def quantized_base_problem(state: WizardState, train_config: dict) -> str | None:
+    """A sentence when the adapter would be merged into a quantized base (config.json quantization_config)."""
+    if not merges(state.method):
+        return None
+    base = Path(str(train_config["model_name_or_path"]))
+    try:
+        config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    if config.get("quantization_config"):
+        method = config["quantization_config"].get("quant_method", "quantized")
+        return t("export.quantized_base", base=base.name, method=method)
+    return None
+
+
+def export_config(state: WizardState, train_config: dict, export_dir: str, skill: Skill) -> dict:
+    """export.yaml's content from the engine: the training template, no quantization, the chosen device."""
+    from engine.export import make_export_config
+
+    on_gpu = bool(state.device) and state.device.get("platform") != "cpu"
+    return dict(make_export_config(method=state.method or "lora", base_model=train_config["model_name_or_path"],
+                                   output_dir=state.output_dir or train_config["output_dir"],
+                                   template=train_config["template"], export_dir=export_dir,
+                                   export_size=skill.stage(STAGE).settings.get("export_size", 5),
+                                   export_device="auto" if on_gpu else "cpu",
+                                   trust_remote_code=bool(train_config.get("trust_remote_code"))))
+
+
+def check_export(state: WizardState, config: dict, template: str, train_config: dict) -> list[str]:
+    problems = []
+    quantized = quantized_base_problem(state, train_config)
+    if quantized:
+        problems.append(quantized)
+    if config.get("quantization_bit"):
+        problems.append(t("export.no_quantization"))
+    if config.get("template") != template:
+        problems.append(t("validate.template_mismatch", infer=config.get("template"), train=template))
+    if merges(state.method) != bool(config.get("adapter_name_or_path")):
+        problems.append(t("validate.adapter_mismatch", method=state.method))
+    return problems
+
+
+def set_export_dir(state: WizardState, text: str) -> Outcome:
+    """The export folder: must not be the base model, the training output or a non-empty folder."""
+    text = (text or "").strip()
+    if not text:
+        return refused(t("export.empty_dir"))
+    target = Path(text).expanduser().resolve()
+    protected = {Path(p).resolve() for p in (state.model_path, state.output_dir) if p}
+    if target in protected:
+        return refused(t("export.same_dir", path=str(target)))
+    if target.is_file() or (target.is_dir() and any(target.iterdir())):
+        return refused(t("export.not_empty", path=str(target)))
+    return Outcome(state.replace(export_dir=str(target)))
+
+
+def export_command(run_folder: Path) -> list[str]:
+    return [sys.executable, "-m", "engine.export", str(Path(run_folder) / EXPORT_FILE)]
+
+
+def parse_line(line: str) -> tuple[str, object] | None:
+    """('progress', (i, n)) or ('exported', path) from a line the export process printed."""
+    done = EXPORTED.search(line.strip())
+    if done:
+        return "exported", done.group(1).strip()
+    match = PROGRESS.search(line)
+    return ("progress", (int(match.group(1)), int(match.group(2)))) if match else None

@@ -1,0 +1,121 @@
+"""Stage 2: the model — recommend one, resolve its family, template and example config, check the local copy.
+
+A model that is not on this machine is fetched in the background (a hub download, or a local build for the
+embedded demo model) while the user goes on; `fetch_plan` says which, `fetch_finished` records the result.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from assistant.i18n import t
+from assistant.wizard.skill import Skill
+from assistant.wizard.stages import Outcome, refused
+from assistant.wizard.state import WizardState
+from engine.errors import EngineError
+
+STAGE = "model"
+FetchKind = Literal["none", "download", "build"]
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    """What must happen before the model can be used: nothing, a download, or building the demo model."""
+
+    kind: FetchKind
+    target: Path | None = None
+    repo_id: str | None = None
+
+
+def is_offline() -> bool:
+    from engine.models.download import is_offline as offline
+
+    return offline()
+
+
+def recommended_model(skill: Skill, *, offline: bool) -> str:
+    """The demo model offline (nothing to download), else a small instruct model from the registry."""
+    settings = skill.stage(STAGE).settings
+    return settings["default_offline"] if offline else settings["default_online"]
+
+
+def models_dir(skill: Skill) -> Path:
+    return Path(skill.stage(STAGE).settings.get("models_dir", "models")).resolve()
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
+
+
+def _example_for(family: str, method: str) -> tuple[Path, str | None]:
+    from engine.models.registry import FAMILIES, nearest_example
+
+    if family not in FAMILIES:  # a custom model with a user-given template: the most common layout stands in
+        path, _ = nearest_example("qwen3", method)
+        return path, t("model.example_custom", example=path.name)
+    return nearest_example(family, method)
+
+
+def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None = None) -> Outcome:
+    """Resolve what the user typed; refusals carry code "unsupported" (offer another model or a template),
+    "missing_path" (the folder does not exist) or "no_example"."""
+    text = (text or "").strip()
+    if not text:
+        return refused(t("model.empty"))
+    if _looks_like_path(text) and not Path(text).expanduser().exists():
+        return refused(t("model.missing_path", path=text), code="missing_path")
+    from engine.models.resolve import resolve_model
+
+    try:
+        resolution = resolve_model(text, template=template or None)
+    except EngineError as exc:
+        return refused(str(exc), code="unsupported")
+    try:
+        example, note = _example_for(resolution.family, state.method or "lora")
+    except EngineError as exc:
+        return refused(str(exc), code="no_example")
+    local = resolution.local_path if resolution.local_complete else None
+    new = state.replace(model=text, family=resolution.family, template=resolution.template,
+                        template_rule=resolution.rule, example=str(example), example_note=note,
+                        model_path=str(Path(local).resolve()) if local else None, download={})
+    notes = list(resolution.warnings) + ([note] if note else [])
+    return Outcome(new, notes=notes)
+
+
+def fetch_plan(state: WizardState, skill: Skill) -> FetchPlan:
+    """Nothing when a complete local copy exists; a demo build for the demo models; a download otherwise."""
+    if state.model_path:
+        return FetchPlan("none")
+    from engine.models.registry import find_model
+
+    entry = find_model(state.model or "")
+    if entry is not None and entry.family == "demo":
+        return FetchPlan("build", models_dir(skill) / entry.id, entry.id)
+    name = (entry.name if entry else (state.model or "model").split("/")[-1])
+    return FetchPlan("download", models_dir(skill) / name, entry.id if entry else state.model)
+
+
+def build_command(name: str, target: Path) -> list[str]:
+    """The demo build as its own process (it imports torch; the TUI never does). Arguments, not a shell string."""
+    code = "import sys; from engine.models.demo import build_demo_model; print(build_demo_model(sys.argv[1], sys.argv[2]))"
+    return [sys.executable, "-c", code, name, str(target)]
+
+
+def fetch_finished(state: WizardState, target: Path, *, ok: bool, error: str | None = None) -> WizardState:
+    """Record the end of a download or build: the folder becomes the model path when it is complete."""
+    download = dict(state.download, target=str(target), state="done" if ok else "failed", error=error)
+    if not ok:
+        return state.replace(download=download)
+    return state.replace(download=download, model_path=str(Path(target).resolve()))
+
+
+def confirm(state: WizardState) -> Outcome:
+    """Leave the stage: the model must be resolved; a running download may continue in the background."""
+    if not state.model or not state.template:
+        return refused(t("model.not_resolved"))
+    if not state.model_path and state.download.get("state") != "running":
+        return refused(t("model.not_local"))
+    return Outcome(state)

@@ -1,0 +1,54 @@
+"""The closing summary: artifacts, the training result, validation, export, and the chat command — nothing else
+(no offers of further work)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from assistant.wizard.stages.train import display_path
+from assistant.wizard.stages.validate import ANSWERS_FILE, INFER_FILE, chat_command
+from assistant.wizard.state import WizardState
+
+
+@dataclass
+class Summary:
+    run_folder: str
+    output_dir: str | None
+    output_kind: str
+    """adapter | model"""
+    loss_plot: str | None
+    steps: str
+    epochs: str
+    final_loss: str
+    runtime_s: float | None
+    validation: str | None
+    export_dir: str | None
+    chat_command: str | None
+
+
+def summarize(state: WizardState, run_folder: Path) -> Summary:
+    from engine.rundir import RunDir, read_jsonl
+
+    run = RunDir(Path(run_folder))
+    status = run.read_status()
+    metrics = run.read_metrics()
+    epochs = [m["epoch"] for m in metrics if m.get("epoch") is not None]
+    final = status.get("final_loss", status.get("loss"))
+    answers = read_jsonl(run.path / ANSWERS_FILE)
+    validation = f"{len(answers)} × (base, tuned) → {display_path(run.path / ANSWERS_FILE)}" if answers else None
+    has_infer = (run.path / INFER_FILE).is_file()
+    output = status.get("output_dir") or state.output_dir
+    return Summary(
+        run_folder=display_path(run.path),
+        output_dir=display_path(output) if output else None,
+        output_kind="adapter" if state.method in ("lora", "qlora") else "model",
+        loss_plot=display_path(status["loss_plot"]) if status.get("loss_plot") else None,
+        steps=f"{status.get('step', '-')}/{status.get('total_steps', '-')}",
+        epochs=f"{epochs[-1]:.2f}" if epochs else "-",
+        final_loss=f"{final:.4f}" if isinstance(final, (int, float)) else "-",
+        runtime_s=status.get("runtime_s", status.get("elapsed_s")),
+        validation=validation,
+        export_dir=display_path(state.export_dir) if state.exported and state.export_dir else None,
+        chat_command=chat_command(run.path) if has_infer else None,
+    )

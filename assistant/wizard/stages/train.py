@@ -1,0 +1,123 @@
+"""Stage 4: write the run's config (only after the user confirmed it), launch training detached, judge its health.
+
+Training never runs in the assistant's process: `launch` starts the engine's recipe as its own session, which
+survives the TUI closing; everything after that is read from the run folder (status.json, metrics.jsonl,
+train.log). "Done" means the engine's status says completed — never that a launcher returned.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from assistant.i18n import t
+from assistant.wizard.stages import Outcome, refused
+from assistant.wizard.stages.gpu import device_env, env_prefix
+from assistant.wizard.state import WizardState
+
+STAGE = "train"
+TERMINAL_STATES = ("completed", "failed", "stopped")
+Level = Literal["info", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class Hint:
+    level: Level
+    message: str
+
+
+def ready_to_write(state: WizardState) -> Outcome:
+    """The model must be on disk before a config naming it is written (a download may still be running)."""
+    if state.download.get("state") == "running":
+        return refused(t("train.wait_download"), code="downloading")
+    if state.download.get("state") == "failed":
+        return refused(t("train.download_failed", error=state.download.get("error") or "-"), code="download_failed")
+    return Outcome(state)
+
+
+def write_config(state: WizardState, config: dict, runs_dir: str | Path | None):
+    """Write lf_runs/<run_id>/sft.yaml through the engine (it validates first); returns the RunDir."""
+    from engine.api import load_config, prepare_run
+
+    _resolved, run = prepare_run(load_config(config), runs_dir=runs_dir, run_id=state.run_id)
+    return run
+
+
+def launch(state: WizardState, run) -> Any:
+    """Start training detached, pinned to the chosen device(s); returns the Popen (the TUI only reaps it)."""
+    from engine.api import launch_detached
+
+    return launch_detached(run, "sft", env=device_env(state.device))
+
+
+def launch_command(state: WizardState, run_folder: Path) -> str:
+    """The exact command for running the written config elsewhere (execution: write_only)."""
+    return f"{env_prefix(state.device)}lf-assistant train {display_path(run_folder / 'sft.yaml')}"
+
+
+def display_path(path: str | Path) -> str:
+    """A path relative to the working directory when it lies inside it (shorter in tables and commands)."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def resume_from_checkpoint(state: WizardState, runs_dir: str | Path | None) -> Any:
+    """Continue a failed or stopped run from its newest complete checkpoint, same folder, same device."""
+    from engine.api import resume
+
+    return resume(state.run_id, runs_dir=runs_dir, detach=True, env=device_env(state.device))
+
+
+def newest_checkpoint(status: Mapping[str, Any]) -> Path | None:
+    from engine.rundir import find_complete_checkpoints
+
+    found = find_complete_checkpoints(status.get("output_dir") or "")
+    return found[-1] if found else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def health_hints(metrics: list[dict], status: Mapping[str, Any], settings: Mapping[str, Any], *,
+                 rows: int | None, last_metric_at: float | None, now: float | None = None) -> list[Hint]:
+    """Rule-based hints on a run: NaN loss, loss not falling, loss near zero on a small dataset, a stall."""
+    now = now or time.time()
+    losses = [m["loss"] for m in metrics if "loss" in m and m.get("loss") is not None]
+    hints: list[Hint] = []
+    if any(not _finite(loss) for loss in losses):
+        hints.append(Hint("error", t("health.nan")))
+        return hints
+    window = int(settings.get("flat_window", 8))
+    if len(losses) >= window:
+        first, recent = losses[0], losses[-window // 2:]
+        if sum(recent) / len(recent) >= first * (1 - float(settings.get("flat_tolerance", 0.02))):
+            hints.append(Hint("warning", t("health.flat", first=first, last=losses[-1])))
+    small = rows is not None and rows <= int(settings.get("small_dataset_rows", 500))
+    if losses and losses[-1] < float(settings.get("near_zero_loss", 0.05)) and small:
+        hints.append(Hint("warning", t("health.near_zero", loss=losses[-1], rows=rows)))
+    grad_norms = [m["grad_norm"] for m in metrics if _finite(m.get("grad_norm"))]
+    if len(grad_norms) >= 5:
+        median = sorted(grad_norms)[len(grad_norms) // 2]
+        if median > 0 and grad_norms[-1] > 10 * median:
+            hints.append(Hint("warning", t("health.grad_spike", norm=grad_norms[-1], median=median)))
+    from engine.rundir import pid_alive
+
+    stall = float(settings.get("stall_s", 300))
+    if (status.get("state") == "running" and last_metric_at and now - last_metric_at > stall
+            and pid_alive(status.get("pid"))):
+        hints.append(Hint("warning", t("health.stalled", minutes=(now - last_metric_at) / 60)))
+    return hints
+
+
+def finished(state: WizardState, status: Mapping[str, Any]) -> Outcome:
+    """Leave the stage only once the engine recorded completion."""
+    if status.get("state") != "completed":
+        return refused(t("train.not_completed", state=status.get("state") or "-"))
+    return Outcome(state.replace(output_dir=status.get("output_dir") or state.output_dir))

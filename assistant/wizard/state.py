@@ -1,0 +1,195 @@
+"""What the user decided, stage by stage: `WizardState`, saved as `lf_runs/<run_id>/state.json` after every answer.
+
+The state is plain data (strings, numbers, lists, dicts) so that it round-trips through JSON unchanged and a run
+can be reopened with `lf-assistant --resume RUN_ID` at the stage where the user left, with the same answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.rundir import new_run_id, runs_root, write_json_atomic
+
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+# The run id before a model is chosen; it is renamed to <model>_<method>_<stamp> once the model is known.
+DRAFT_PREFIX = "wizard"
+
+
+@dataclass
+class WizardState:
+    """Every answer of the guided flow. Field names are also the answer keys the skill's guards read."""
+
+    run_id: str
+    stage: str = "flow"
+    """The stage the user is on (where --resume reopens)."""
+    done: list[str] = field(default_factory=list)
+    """Stages completed, in the order they were completed."""
+    lang: str | None = None
+
+    # stage 0: flow
+    scope: str | None = None
+    """sft (data, model, config, train) | full (also validation and export)."""
+    execution: str | None = None
+    """run_here (the assistant launches and watches) | write_only (configs and commands for elsewhere)."""
+    method: str | None = None
+    """lora | full | qlora | freeze."""
+
+    # stage 1: data
+    data_source: str | None = None
+    dataset_dir: str | None = None
+    """Folder holding dataset_info.json (absolute)."""
+    datasets: list[str] = field(default_factory=list)
+    """Registered dataset names to train on, in order."""
+    dataset_rows: dict[str, int] = field(default_factory=dict)
+    """Row count of each chosen dataset (for the small-dataset check)."""
+    dataset_chars: dict[str, float] = field(default_factory=dict)
+    """Mean characters per row of each chosen dataset (for the run-time estimate)."""
+    onboarded: list[dict] = field(default_factory=list)
+    """Custom files brought in: {source, name, file, converted} (the source is never modified)."""
+    filled: dict[str, dict] = field(default_factory=dict)
+    """Templated datasets filled in: new name -> {from, values}."""
+
+    # stage 2: model
+    model: str | None = None
+    """What the user typed: a hub id, a registry name or a local folder."""
+    model_path: str | None = None
+    """The local folder used for training (absolute), once it exists and is complete."""
+    family: str | None = None
+    template: str | None = None
+    template_rule: str | None = None
+    example: str | None = None
+    """The official example YAML the config starts from."""
+    example_note: str | None = None
+    model_source: str | None = None
+    download: dict = field(default_factory=dict)
+    """{target, source, state: running|done|failed, error} of a background download or demo build."""
+
+    # stage 2.5: device
+    device: dict | None = None
+    """{platform, indices, mode, reason}: chosen once, reused for training, validation and export."""
+    gpu_mode: str | None = None
+    busy_action: str | None = None
+
+    # stage 3: config
+    edits: dict[str, Any] = field(default_factory=dict)
+    """Values the user set by hand (reason "user-specified" in the diff)."""
+    suggestions: dict[str, Any] = field(default_factory=dict)
+    """Values the user accepted from the small-dataset advice (reason given in the diff)."""
+    diff: list[dict] = field(default_factory=list)
+    """The diff vs. the example, as confirmed: rows {parameter, default, new, reason}."""
+
+    # stage 4: train
+    launched: bool = False
+    output_dir: str | None = None
+
+    # stage 6: validate
+    prompts: list[str] = field(default_factory=list)
+    infer_config: dict | None = None
+    validated: bool = False
+
+    # stage 7: export
+    export_dir: str | None = None
+    export_config: dict | None = None
+    exported: bool = False
+
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    version: int = STATE_VERSION
+
+    def answers(self) -> dict[str, Any]:
+        """The answers the skill's `when` guards read."""
+        return {"scope": self.scope, "execution": self.execution, "method": self.method}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WizardState:
+        """Rebuild a state; keys from a newer version are dropped rather than failing the resume."""
+        if not isinstance(data, dict) or "run_id" not in data:
+            raise ConfigError("state.json is not a wizard state (no run_id). Start a new run instead.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def replace(self, **changes: Any) -> WizardState:
+        return dataclasses.replace(self, **changes)
+
+
+def new_state(*, lang: str | None = None, now: datetime | None = None) -> WizardState:
+    """A fresh state with a draft run id (renamed once the model is known)."""
+    return WizardState(run_id=new_run_id(DRAFT_PREFIX, "sft", when=now), lang=lang)
+
+
+def run_path(state: WizardState, runs_dir: str | Path | None = None) -> Path:
+    return runs_root(runs_dir) / state.run_id
+
+
+def save_state(state: WizardState, runs_dir: str | Path | None = None) -> Path:
+    """Write state.json atomically into the run folder (created on first save)."""
+    state.updated_at = time.time()
+    path = run_path(state, runs_dir) / STATE_FILE
+    write_json_atomic(path, state.to_dict())
+    return path
+
+
+def load_state(run_folder: str | Path) -> WizardState:
+    """The state saved in a run folder; ConfigError when missing or unreadable."""
+    path = Path(run_folder) / STATE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: the run was not started from the guided assistant, so there "
+                          "is nothing to resume there. Use `lf-assistant resume-train RUN_ID` for a plain run.") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read ({exc}). Start a new run; the old folder is left as it is.") from None
+    return WizardState.from_dict(data)
+
+
+def stamp_of(run_id: str) -> datetime | None:
+    """The creation time encoded at the end of a run id (…_YYYYMMDD_HHMMSS)."""
+    try:
+        return datetime.strptime("_".join(run_id.rsplit("_", 2)[-2:]), "%Y%m%d_%H%M%S")
+    except ValueError:
+        return None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text through a temp file in the same folder + os.replace: never half a file."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def rename_for_model(state: WizardState, runs_dir: str | Path | None = None) -> WizardState:
+    """Give a draft run its final id <model>_<method>_<stamp> (same stamp), moving the folder.
+
+    Only while nothing but the wizard's own files is in the folder: once a config was written or training
+    started, the id is fixed.
+    """
+    if not state.model or not state.run_id.startswith(DRAFT_PREFIX + "_"):
+        return state
+    model_name = state.model_path or state.model
+    new_id = new_run_id(model_name, state.method or "lora", when=stamp_of(state.run_id))
+    old_folder, new_folder = run_path(state, runs_dir), runs_root(runs_dir) / new_id
+    if new_folder.exists() or (old_folder / "status.json").exists():
+        return state
+    if old_folder.exists():
+        old_folder.rename(new_folder)
+    return state.replace(run_id=new_id)
