@@ -1,0 +1,1 @@
+"""Triton kernels; every module here imports `triton` and is imported only after a Triton backend was chosen."""
