@@ -1,0 +1,118 @@
+"""`lf-assistant chat INFER.yaml`: talk to a fine-tuned model in the terminal, or answer a prompt file in batches."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from assistant.cli.common import fail_on_engine_error
+
+HELP_LINE = "Type a message and press Enter. /clear starts a new conversation, /exit quits."
+
+
+@fail_on_engine_error
+def chat(
+    config: Path = typer.Argument(..., help="Inference YAML (ours or LLaMA-Factory's examples/inference/*.yaml).",
+                                  show_default=False),
+    overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides, e.g. template=qwen "
+                                                             "max_new_tokens=256 do_sample=false"),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Answer every prompt in this file instead of "
+                                           "chatting (.txt: one per line; .jsonl: prompt / instruction / messages)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="With --prompts: the JSONL to write "
+                                       "(default: validation.jsonl beside the prompt file)."),
+    base: bool = typer.Option(False, "--base", help="With --prompts: also answer with the base model, side by side."),
+    batch_size: int = typer.Option(16, "--batch-size", help="With --prompts: prompts generated together."),
+    system: Optional[str] = typer.Option(None, "--system", help="System prompt of the conversation."),
+) -> None:
+    """Chat with a model (streamed, multi-turn; /clear, /exit), or with --prompts FILE --out FILE.jsonl answer a
+    prompt file without interaction (add --base for base-vs-tuned answers side by side)."""
+    from rich.console import Console
+
+    from engine.inference import load_infer_config
+
+    console = Console(highlight=False)
+    infer = load_infer_config(config, *(overrides or []))
+    if prompts is not None:
+        _answer_file(console, infer, prompts, out or prompts.with_name("validation.jsonl"), base, batch_size)
+        return
+    if out is not None or base:
+        console.print("[yellow]--out and --base only apply with --prompts; starting an interactive chat.[/]")
+    _interactive(console, infer, system)
+
+
+def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_size: int) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from engine.inference.validate import run_validation
+
+    progress = Progress(TextColumn("[bold]generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console)
+    task = progress.add_task("generate", total=None)
+    with progress:
+        rows = run_validation(infer, prompts, out, base=base, batch_size=batch_size,
+                              on_progress=lambda done, total: progress.update(task, completed=done, total=total))
+    console.print(f"wrote {len(rows)} answers to [bold]{out}[/] (template {rows[0]['template'] if rows else '-'})")
+    for row in rows[:3]:
+        console.print(f"  [dim]prompt:[/] {row['prompt'][:100]}", markup=True, soft_wrap=True)
+        if base:
+            console.print(f"  [dim]base:  [/] {(row['base'] or '')[:100]}", markup=True, soft_wrap=True)
+        console.print(f"  [dim]tuned: [/] {row['tuned'][:100]}", markup=True, soft_wrap=True)
+
+
+def _interactive(console, infer, system: str | None) -> None:
+    from engine.inference.chat_model import ChatModel
+
+    with console.status("loading the model..."):
+        model = ChatModel(infer)
+    plan = model.plan
+    adapters = f" + {', '.join(plan.adapters)}" if plan.adapters else ""
+    console.print(f"[bold]{plan.base_model}{adapters}[/] | template [bold]{model.template_name}[/] "
+                  f"({plan.template_origin})", soft_wrap=True)
+    for note in plan.notes:
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    console.print(f"[dim]{HELP_LINE}[/]")
+    history: list[dict] = []
+    try:
+        while True:
+            try:
+                text = input("\nuser> ")
+            except EOFError:
+                break
+            command = text.strip()
+            if command in ("/exit", "/quit"):
+                break
+            if command == "/clear":
+                history = []
+                console.print("[dim](new conversation)[/]")
+                continue
+            if not command:
+                continue
+            history.append({"role": "user", "content": text})
+            answer = _stream_answer(model, history, system)
+            if answer is None:
+                history.pop()  # interrupted: the turn is dropped, the conversation goes on
+            else:
+                history.append({"role": "assistant", "content": answer})
+    finally:
+        model.close()
+
+
+def _stream_answer(model, history: list[dict], system: str | None) -> str | None:
+    sys.stdout.write("assistant> ")
+    sys.stdout.flush()
+    pieces: list[str] = []
+    stream = model.stream_chat(history, system)
+    try:
+        for piece in stream:
+            pieces.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        stream.close()  # stops generation in its thread
+        sys.stdout.write("\n(interrupted)\n")
+        return None
+    sys.stdout.write("\n")
+    return "".join(pieces)

@@ -1,0 +1,199 @@
+"""Export, top to bottom: plan, load, merge (LoRA/QLoRA) or re-save (full/freeze), write, verify, record.
+
+The export is written into a staging folder beside export_dir and renamed into place only after every check
+passed, so a failed export never leaves a folder that looks finished. ``<export_dir>/lfa_export.json`` records what
+was merged, the template, the shards and each check with its tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.errors import ConfigError, EngineError
+from engine.export.config import BYTES_PER_GB, ExportConfig, check_export_config
+from engine.export.merge import Check, merge_adapters
+from engine.export.modelfile import write_modelfile
+from engine.export.writer import make_readable, save_tokenizer, save_weights, verify_export, write_json_atomic
+from engine.inference.source import (EXPORT_INFO_FILE, ModelPlan, checkpoint_is_quantized, load_tokenizer_and_template, pick_device,
+                                     plan_model)
+
+EXPORT_RECORD = EXPORT_INFO_FILE
+STEPS = ("checking the config", "loading the tokenizer and template", "loading the model", "merging",
+         "writing the weights", "verifying the written files", "writing the tokenizer and Modelfile")
+PROBE_PROMPTS = ("Hello! Who are you?", "Explain in one sentence what a Python list is.", "Name three colours.")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ExportResult:
+    export_dir: Path
+    operation: str
+    """merge (LoRA/QLoRA adapters merged into the base) or re-save (a full/freeze model written anew)."""
+    template: str
+    files: list[str]
+    checks: list[Check]
+    notes: list[str] = field(default_factory=list)
+
+
+def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], None] | None = None) -> ExportResult:
+    """Export as the config says; raises EngineError (nothing left at export_dir) when anything is refused."""
+    def progress(step: int, text: str | None = None) -> None:
+        if on_progress:
+            on_progress(step, len(STEPS), text or STEPS[step - 1])
+
+    progress(1)
+    plan, target = _plan(config)
+    device, device_note = pick_device(config.export_device)
+    notes = [n for n in (device_note, *plan.notes) if n]
+    progress(2)
+    tokenizer, template = load_tokenizer_and_template(plan, trust_remote_code=config.trust_remote_code)
+    padding_side = _saved_padding_side(plan.tokenizer_source)
+    progress(3, f"loading {plan.base_model} on {device}")
+    from engine.models.loading import load_model
+
+    # Merging runs in the checkpoint's dtype on a GPU and in float32 on a CPU (16-bit math there is slow).
+    model = load_model(plan.base_model, dtype="auto", device=device, trust_remote_code=config.trust_remote_code)
+    save_dtype = _save_dtype(config.infer_dtype, model)
+    checks: list[Check] = []
+    prints = []
+    if plan.adapters:
+        progress(4, f"merging {len(plan.adapters)} adapter(s) into the full-precision base")
+        probe = _probe_batch(tokenizer, template, device)
+        model, checks, prints, merge_notes = merge_adapters(model, plan.adapters, probe, base_model=plan.base_model,
+                                                            progress=lambda text: progress(4, text))
+        notes += merge_notes
+    else:
+        progress(4, f"nothing to merge: {plan.method} output is re-saved as it is")
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        raise EngineError("The merge did not check out, so nothing was exported:\n- "
+                          + "\n- ".join(f"{c.name}: {c.detail}" for c in failed))
+    staging = target.with_name(f".{target.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        result = _write(config, plan, model, tokenizer, template, staging, target, save_dtype, prints, checks, notes,
+                        padding_side, progress)
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result
+
+
+def _plan(config: ExportConfig) -> tuple[ModelPlan, Path]:
+    problems = check_export_config(config)
+    if problems:
+        raise ConfigError("The export config has problems:\n- " + "\n- ".join(problems))
+    plan = plan_model(config.model_name_or_path, config.adapters(), config.template,
+                      finetuning_type=config.finetuning_type)
+    from engine.models.loading import resolve_model_source
+
+    # A hub id resolves to its cached snapshot, so its config.json can be read before any weights load.
+    source = resolve_model_source(plan.base_model, trust_remote_code=config.trust_remote_code)
+    quantized = checkpoint_is_quantized(source)
+    if quantized:
+        raise ConfigError(
+            f"{plan.base_model} is a quantized checkpoint ({quantized}); merging an adapter into quantized weights "
+            "gives a broken model. Point model_name_or_path at the full-precision (16/32-bit) version of the same "
+            "model; the adapter, QLoRA ones included, merges into that.")
+    target = Path(config.export_dir).expanduser().resolve()
+    sources = [Path(p).expanduser().resolve() for p in (plan.base_model, *plan.adapters) if Path(p).expanduser().exists()]
+    if any(target == s or s.is_relative_to(target) for s in sources):
+        raise ConfigError(f"export_dir {target} is (or contains) an input of the export; choose a new folder such as "
+                          f"{target.parent / (target.name + '-export')}.")
+    if target.exists() and any(target.iterdir()) and not (target / EXPORT_RECORD).is_file():
+        raise ConfigError(f"export_dir {target} already holds files that are not an earlier export. Choose an empty "
+                          "or new folder (an earlier export there is replaced).")
+    return plan, target
+
+
+def _write(config, plan, model, tokenizer, template, staging: Path, target: Path, save_dtype, prints, checks,
+           notes, padding_side, progress) -> ExportResult:
+    shard_bytes = max(1, int(config.export_size * BYTES_PER_GB))
+    progress(5, f"writing {str(save_dtype).removeprefix('torch.')} weights in shards of at most {config.export_size} GB")
+    files, size_notes = save_weights(model, staging, shard_bytes=shard_bytes, dtype=save_dtype,
+                                     legacy=config.export_legacy_format, stop_ids=template.stop_token_ids(tokenizer),
+                                     pad_id=tokenizer.pad_token_id)
+    notes += size_notes
+    progress(6)
+    checks = checks + verify_export(staging, files, model, prints, shard_bytes)
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        raise EngineError("The written export did not check out, so it was removed:\n- "
+                          + "\n- ".join(f"{c.name}: {c.detail}" for c in failed))
+    progress(7)
+    changes = save_tokenizer(tokenizer, template, staging, padding_side)
+    notes += [f"tokenizer: {change}" for change in changes]
+    modelfile_note = write_modelfile(staging, template, tokenizer)
+    if modelfile_note:
+        notes.append(modelfile_note)
+    operation = "merge" if plan.adapters else "re-save"
+    result = ExportResult(export_dir=target, operation=operation, template=template.name, files=files,
+                          checks=checks, notes=notes)
+    record = {
+        "export_dir": str(target), "operation": operation, "method": plan.method, "base_model": plan.base_model,
+        "adapters_merged": plan.adapters, "template": template.name, "template_origin": plan.template_origin,
+        "dtype": str(save_dtype).removeprefix("torch."), "export_device": config.export_device,
+        "export_size_gb": config.export_size, "weight_files": files,
+        "index": next((p.name for p in staging.glob("*.index.json")), None),
+        "tie_word_embeddings": bool(getattr(model.config, "tie_word_embeddings", False)),
+        "checks": [c.as_dict() for c in checks], "notes": notes, "created_at": time.time(),
+    }
+    write_json_atomic(staging / EXPORT_RECORD, record)
+    make_readable(staging)
+    return result
+
+
+def _probe_batch(tokenizer, template, device: str) -> dict:
+    """A few chat prompts, left-padded, for comparing logits before and after merging."""
+    prompts = [template.encode_prompt(tokenizer, [{"role": "user", "content": text}]) for text in PROBE_PROMPTS]
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+
+def _save_dtype(requested: str, model) -> torch.dtype:
+    """auto: the base checkpoint's own dtype (an export is as large as its base), else what was asked."""
+    if requested != "auto":
+        return _DTYPES[requested]
+    config = model.config
+    name = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(name, torch.dtype):
+        return name
+    return _DTYPES.get(str(name), next(model.parameters()).dtype)
+
+
+def _saved_padding_side(folder: str) -> str:
+    side = _read_json(Path(folder).expanduser() / "tokenizer_config.json").get("padding_side")
+    return side if side in ("left", "right") else "right"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Replace an earlier export (checked to be one) with the new folder."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(target)

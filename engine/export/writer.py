@@ -1,0 +1,167 @@
+"""Write an exported model folder, then read it back to prove it holds what was merged.
+
+The folder loads in plain transformers and other runtimes without extra flags: weights in shards of at most
+export_size (a single larger tensor sits alone in its shard), config.json, generation_config.json whose stop
+tokens are the template's, the tokenizer with the training chat template both in tokenizer_config.json (older
+runtimes read it there) and in chat_template.jinja (transformers 5 reads it there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from engine.export.merge import Check, Fingerprint, entries_match
+
+SAFE_INDEX = "model.safetensors.index.json"
+LEGACY_INDEX = "pytorch_model.bin.index.json"
+
+
+def save_weights(model, folder: Path, *, shard_bytes: int, dtype: torch.dtype, legacy: bool,
+                 stop_ids: list[int], pad_id: int | None) -> tuple[list[str], list[str]]:
+    """(weight file names, notes). Casts the model to `dtype` in place first."""
+    model.to(dtype)
+    notes = []
+    unique = {_storage(t): (name, t) for name, t in reversed(list(model.state_dict().items()))}  # tied: once
+    oversized = [(name, t.numel() * t.element_size()) for name, t in unique.values()
+                 if t.numel() * t.element_size() > shard_bytes]
+    for name, size in oversized[:3]:
+        notes.append(f"tensor {name} ({size / 1e9:.3g} GB) is larger than export_size, so it sits alone in its shard.")
+    generation = model.generation_config
+    generation.eos_token_id = stop_ids if len(stop_ids) > 1 else stop_ids[0]
+    if pad_id is not None:
+        generation.pad_token_id = pad_id
+    model.save_pretrained(str(folder), max_shard_size=shard_bytes)
+    files = weight_files(folder)
+    if legacy:
+        files = _to_legacy_bin(folder, files)
+    return files, notes
+
+
+def weight_files(folder: Path) -> list[str]:
+    """The weight files of an export folder, from its index when it has one."""
+    for index_name in (SAFE_INDEX, LEGACY_INDEX):
+        index = folder / index_name
+        if index.is_file():
+            return sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    return [name for name in ("model.safetensors", "pytorch_model.bin") if (folder / name).is_file()]
+
+
+def _to_legacy_bin(folder: Path, files: list[str]) -> list[str]:
+    """Rewrite safetensors shards as PyTorch .bin shards with the matching index (export_legacy_format: true)."""
+    from safetensors.torch import load_file
+
+    renamed = {name: name.replace("model", "pytorch_model", 1).replace(".safetensors", ".bin") for name in files}
+    for old, new in renamed.items():
+        torch.save(load_file(str(folder / old)), str(folder / new))
+        (folder / old).unlink()
+    index = folder / SAFE_INDEX
+    if index.is_file():
+        data = json.loads(index.read_text(encoding="utf-8"))
+        data["weight_map"] = {k: renamed[v] for k, v in data["weight_map"].items()}
+        write_json_atomic(folder / LEGACY_INDEX, data)
+        index.unlink()
+    return sorted(renamed.values())
+
+
+def save_tokenizer(tokenizer, template, folder: Path, padding_side: str) -> list[str]:
+    """Save the tokenizer serving the training template; returns what had to change on the tokenizer."""
+    changes = template.fix_tokenizer(tokenizer)
+    jinja = template.jinja
+    tokenizer.padding_side = padding_side
+    tokenizer.save_pretrained(str(folder))
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    config["chat_template"] = jinja
+    write_json_atomic(config_path, config)
+    (folder / "chat_template.jinja").write_text(jinja, encoding="utf-8")
+    return changes
+
+
+def read_weights(folder: Path, files: list[str]):
+    """(name, tensor) for every tensor in the weight files, one file at a time."""
+    from safetensors import safe_open
+
+    for name in files:
+        path = folder / name
+        if name.endswith(".bin"):
+            yield from torch.load(str(path), map_location="cpu", weights_only=True).items()
+            continue
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            for key in handle.keys():
+                yield key, handle.get_tensor(key)
+
+
+def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprint], shard_bytes: int) -> list[Check]:
+    """Read the written files back: they hold exactly the in-memory weights, the adapter's changes, in size."""
+    state = {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    saved, differing = set(), []
+    by_param = {p.param: p for p in prints}
+    carried = 0
+    for name, tensor in read_weights(folder, files):
+        saved.add(name)
+        if name not in state or not torch.equal(tensor, state[name].to("cpu")):
+            differing.append(name)
+        if name in by_param and entries_match(tensor.flatten()[by_param[name].index], by_param[name]):
+            carried += 1
+    stored = {_storage(t) for n, t in state.items() if n in saved}
+    missing = [n for n in state if n not in saved and _storage(state[n]) not in stored]  # tied aliases are fine
+    checks = [Check(name="export files hold the merged weights", passed=not differing and not missing,
+                    detail=f"{len(saved)} tensors read back from {len(files)} file(s)"
+                           + (f"; differ: {', '.join(differing[:5])}" if differing else "")
+                           + (f"; missing: {', '.join(missing[:5])}" if missing else ""))]
+    if prints:
+        checks.append(Check(name="exported weights differ from the base where the adapter is non-zero",
+                            passed=carried == len(prints),
+                            detail=f"{carried} of {len(prints)} adapted matrices in the files carry base + B·A"))
+    checks.append(_check_shard_sizes(folder, files, shard_bytes))
+    return checks
+
+
+def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Check:
+    sizes = {name: (folder / name).stat().st_size for name in files}
+    # A shard may exceed the limit only when it holds a single tensor that is itself larger (plus file headers).
+    over = [n for n, size in sizes.items() if size > shard_bytes and _tensor_count(folder, n) > 1]
+    largest = max(sizes.values()) if sizes else 0
+    return Check(name="weight shards within export_size", passed=not over, measured=float(largest),
+                 tolerance=float(shard_bytes),
+                 detail=f"{len(files)} shard(s), largest {largest / 1e9:.4g} GB, export_size {shard_bytes / 1e9:.4g} GB"
+                        + (f"; too large: {', '.join(over)}" if over else ""))
+
+
+def _tensor_count(folder: Path, name: str) -> int:
+    if name.endswith(".bin"):
+        return len(torch.load(str(folder / name), map_location="cpu", weights_only=True))
+    from safetensors import safe_open
+
+    with safe_open(str(folder / name), framework="pt", device="cpu") as handle:
+        return len(list(handle.keys()))
+
+
+def make_readable(folder: Path) -> None:
+    """rw-r--r-- for every file: safetensors writes owner-only files, which a runtime running as another user
+    (the Ollama service, a serving container) cannot read."""
+    for path in folder.iterdir():
+        if path.is_file():
+            path.chmod(0o644)
+
+
+def _storage(tensor: torch.Tensor) -> tuple:
+    return (tensor.device.type, tensor.untyped_storage().data_ptr())
+
+
+def write_json_atomic(path: Path, data) -> None:
+    """Temp file in the same folder, then os.replace: readers see the old file or the new one, never half."""
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,196 @@
+"""What to load for inference or export: base weights, adapters, tokenizer, and the template training used.
+
+The template guard lives here (pain point: a template different from training's gives garbled or endless answers).
+Training records its template in ``lfa_training.json`` next to the adapter or model; a config that names another
+template is refused with both names and the fix. Without a record (a model trained elsewhere) the configured
+template is used, and the plan says it could not be checked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import ConfigError, ModelError
+from engine.inference.config import ADAPTER_METHODS
+
+TRAINING_INFO_FILE = "lfa_training.json"  # written by engine.training.setup.write_training_info
+EXPORT_INFO_FILE = "lfa_export.json"  # written by engine.export.run
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+@dataclass
+class ModelPlan:
+    """Everything decided before any weights load."""
+
+    base_model: str
+    """Folder or hub id whose weights load first."""
+    adapters: list[str]
+    """LoRA adapter folders applied on top, in order ([] for a whole model)."""
+    method: str
+    """lora | qlora | full | freeze; "exported" for an export folder; "base" for a model no run of ours produced."""
+    template_name: str | None
+    """Name for get_template; None means the tokenizer's own chat template."""
+    template_origin: str
+    """Where the template came from, in words (shown to the user and recorded in exports)."""
+    tokenizer_source: str
+    """Folder whose tokenizer loads (the adapter's when it carries one: it holds the training chat template)."""
+    trained_base: str | None = None
+    """The base model the run recorded (to find the base of a full fine-tune, for comparisons)."""
+    notes: list[str] = field(default_factory=list)
+
+
+def read_training_info(folder: str | Path) -> dict | None:
+    """The training record of an output folder, or None (no record, or not a local folder).
+
+    An exported model carries its template in lfa_export.json instead, so the guard also covers exports.
+    (engine.training.setup has a reader too, but importing it imports torch.)
+    """
+    folder = Path(folder).expanduser()
+    info = _read_json(folder / TRAINING_INFO_FILE)
+    if info:
+        return info
+    export = _read_json(folder / EXPORT_INFO_FILE)
+    if export.get("template"):
+        return {"template": export["template"], "base_model": export.get("base_model"), "exported": True}
+    return None
+
+
+def plan_model(model_name_or_path: str | None, adapters: list[str], template: str | None, *,
+               finetuning_type: str | None = None) -> ModelPlan:
+    """Decide what loads, refusing impossible combinations (adapter on a full fine-tune, template mismatch)."""
+    if not model_name_or_path:
+        raise ConfigError("model_name_or_path is empty: set it to the base model (LoRA) or the fine-tuned folder.")
+    model_dir = Path(model_name_or_path).expanduser()
+    _refuse_adapter_as_model(model_dir)
+    model_info = read_training_info(model_dir) if model_dir.is_dir() else None
+    for adapter in adapters:
+        _check_adapter_folder(adapter)
+    whole_model_method = (model_info or {}).get("finetuning_type")
+    if adapters and (whole_model_method in ("full", "freeze") or finetuning_type in ("full", "freeze")):
+        kind = whole_model_method or finetuning_type
+        raise ConfigError(
+            f"{model_name_or_path} is the output of a {kind} fine-tune: a whole model, with no adapter to load. "
+            "Remove adapter_name_or_path (model_name_or_path alone loads the fine-tuned model).")
+    record_folder = adapters[-1] if adapters else str(model_dir)
+    info = read_training_info(record_folder) if (adapters or model_info) else None
+    name, origin, notes = check_template(template, info, record_folder)
+    if adapters:
+        method = (info or {}).get("finetuning_type") if (info or {}).get("finetuning_type") in ADAPTER_METHODS \
+            else "lora"
+    else:
+        method = whole_model_method or ("exported" if (model_info or {}).get("exported") else "base")
+    tokenizer_source = adapters[-1] if adapters and _has_tokenizer(Path(adapters[-1])) else str(model_name_or_path)
+    return ModelPlan(base_model=str(model_name_or_path), adapters=list(adapters), method=method,
+                     template_name=name, template_origin=origin, tokenizer_source=tokenizer_source,
+                     trained_base=(info or {}).get("base_model"), notes=notes)
+
+
+def check_template(configured: str | None, info: dict | None, folder: str) -> tuple[str | None, str, list[str]]:
+    """(template name to use, where it came from, notes). Refuses a configured name that differs from training's."""
+    configured = None if configured in (None, "", "auto") else configured
+    trained = (info or {}).get("template")
+    trained = None if trained in (None, "", "auto") else trained
+    if trained and configured and configured != trained:
+        raise ConfigError(
+            f"Template mismatch: {folder} was trained with template {trained!r}, but the config says template: "
+            f"{configured!r}. A template other than training's gives garbled or endless answers. Fix: set "
+            f"`template: {trained}` in the config, or add template={trained} to the command line.")
+    if trained:
+        record = EXPORT_INFO_FILE if (info or {}).get("exported") else TRAINING_INFO_FILE
+        return trained, f"recorded in {Path(folder) / record}", []
+    if info and info.get("template") == "auto":
+        note = f"{folder} was trained with the model's own chat template (template: auto)"
+        if configured:
+            raise ConfigError(
+                f"Template mismatch: {folder} was trained with the model's own chat template (template: auto), but "
+                f"the config says template: {configured!r}. Fix: remove template from the config, or set "
+                "`template: auto`.")
+        return None, note, []
+    if configured:
+        note = (f"the template could not be checked against training: {folder} has no {TRAINING_INFO_FILE} "
+                f"(trained with another tool?); using template {configured!r} as configured.")
+        return configured, "the config (not verified against training)", [note]
+    return None, "the tokenizer's own chat template", [
+        f"no template configured and none recorded in {folder}: using the tokenizer's own chat template."]
+
+
+def _refuse_adapter_as_model(model_dir: Path) -> None:
+    if model_dir.is_dir() and (model_dir / "adapter_config.json").is_file() and not (model_dir / "config.json").is_file():
+        base = _read_json(model_dir / "adapter_config.json").get("base_model_name_or_path") or "its base model"
+        raise ConfigError(
+            f"model_name_or_path {model_dir} is a LoRA adapter, not a model. Set model_name_or_path to {base} and "
+            f"adapter_name_or_path to {model_dir}.")
+
+
+def _check_adapter_folder(adapter: str) -> None:
+    folder = Path(adapter).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"adapter_name_or_path {adapter} is not a folder (resolved to {folder.resolve()}). "
+                          "Point it at the training output_dir of a LoRA/QLoRA run.")
+    if (folder / "adapter_config.json").is_file():
+        return
+    if (folder / "config.json").is_file():
+        raise ConfigError(
+            f"adapter_name_or_path {adapter} holds a whole model (config.json, no adapter_config.json): the output of "
+            "a full fine-tune has no adapter. Set model_name_or_path to this folder and remove adapter_name_or_path.")
+    raise ConfigError(f"adapter_name_or_path {adapter} has no adapter_config.json, so it is not a LoRA adapter. "
+                      "Point it at the training output_dir (or one of its checkpoint-* folders).")
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in _TOKENIZER_FILES)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def checkpoint_is_quantized(model_name_or_path: str) -> str | None:
+    """The quantization method of a local checkpoint (GPTQ, AWQ, bnb...), or None when it is full precision."""
+    config = _read_json(Path(model_name_or_path).expanduser() / "config.json")
+    quant = config.get("quantization_config")
+    if not quant:
+        return None
+    return str(quant.get("quant_method") or "quantized")
+
+
+def pick_device(requested: str = "auto") -> tuple[str, str | None]:
+    """(device, note): the selected GPU (CUDA_VISIBLE_DEVICES decides which) for auto, else the CPU."""
+    import torch
+
+    if requested == "cpu":
+        note = "running on the CPU as configured; a GPU is available and export_device: auto would use it." \
+            if torch.cuda.is_available() else None
+        return "cpu", note
+    if torch.cuda.is_available():
+        return f"cuda:{torch.cuda.current_device()}", None
+    return "cpu", "no GPU is visible, so this runs on the CPU (slower than a GPU for large models)."
+
+
+def load_tokenizer_and_template(plan: ModelPlan, *, trust_remote_code: bool, padding_side: str = "left"):
+    """The tokenizer (pad token ensured) and the bound template the plan chose."""
+    from engine.data.templates import get_template
+    from engine.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(plan.tokenizer_source, trust_remote_code=trust_remote_code, padding_side=padding_side)
+    return tokenizer, get_template(plan.template_name, tokenizer)
+
+
+def attach_adapter(model, adapter: str, base_model: str):
+    """A PeftModel of `model` with `adapter`; a shape mismatch says which base the adapter needs."""
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, adapter, is_trainable=False)
+    except (RuntimeError, ValueError, KeyError, OSError) as exc:
+        wanted = _read_json(Path(adapter) / "adapter_config.json").get("base_model_name_or_path") or "another model"
+        raise ModelError(
+            f"The adapter {adapter} does not fit the model {base_model}: it was trained on {wanted}. Set "
+            f"model_name_or_path to the base the adapter was trained on. ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]})") from exc

@@ -1,0 +1,119 @@
+"""Reproducible validation: the same prompts through the fine-tuned model and (optionally) its base, side by side.
+
+    python -m engine.inference.validate --infer INFER.yaml --prompts PROMPTS.txt --out RUN_DIR/validation.jsonl [--base]
+
+Writes one JSON row per prompt: {"prompt", "base", "tuned", "template", "time_s"} (time_s: the tuned model's share
+of its batch's wall time). Both models see identical prompt token ids: the training template, with the fine-tuned
+folder's tokenizer. Prints ``progress i/n`` lines; exit code 0, or 2 with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.errors import ConfigError, EngineError
+from engine.inference.config import InferConfig, load_infer_config
+from engine.inference.prompts import prompt_text, read_prompts
+from engine.inference.source import ModelPlan, plan_model
+
+
+def base_plan(tuned: ModelPlan) -> ModelPlan:
+    """The untrained model to compare with: LoRA's base as is; a full fine-tune's recorded base model."""
+    if tuned.adapters:
+        base = tuned.base_model
+    elif tuned.method in ("full", "freeze", "exported") and tuned.trained_base:
+        base = tuned.trained_base
+    else:
+        raise ConfigError(
+            f"Cannot tell which base model {tuned.base_model} came from (no base_model in its lfa_training.json), "
+            "so there is nothing to compare with. Run without --base, or validate a run trained by lf-assistant.")
+    return ModelPlan(base_model=base, adapters=[], method="base", template_name=tuned.template_name,
+                     template_origin="the fine-tuned model's template (same prompts for both)",
+                     tokenizer_source=tuned.tokenizer_source)
+
+
+def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str | Path, *, base: bool = False,
+                   batch_size: int = 16, on_progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Generate, write ``out_path`` (JSONL, replaced atomically) and return its rows."""
+    from engine.inference.chat_model import ChatModel
+
+    conversations = read_prompts(prompts_path)
+    tuned_plan = plan_model(config.model_name_or_path, config.adapters(), config.template,
+                            finetuning_type=config.finetuning_type)
+    comparison = base_plan(tuned_plan) if base else None  # refuse before loading anything
+    total = len(conversations) * (2 if base else 1)
+
+    def progress(offset: int):
+        return (lambda done, _n: on_progress(offset + done, total)) if on_progress else None
+
+    model = ChatModel(config, plan=tuned_plan)
+    template_name = model.template_name
+    try:
+        tuned = model.generate_batch(conversations, batch_size=batch_size, on_progress=progress(0))
+    finally:
+        model.close()
+    base_answers = [None] * len(conversations)
+    if comparison is not None:
+        base_model = ChatModel(config, plan=comparison)
+        try:
+            base_answers = base_model.generate_batch(conversations, batch_size=batch_size,
+                                                     on_progress=progress(len(conversations)))
+        finally:
+            base_model.close()
+    rows = []
+    for conversation, answer, reference in zip(conversations, tuned, base_answers):
+        row = {"prompt": prompt_text(conversation), "base": reference.text if reference else None,
+               "tuned": answer.text, "template": template_name, "time_s": round(answer.time_s, 4)}
+        if len(conversation) > 1:
+            row["messages"] = conversation
+        if reference:
+            row["base_time_s"] = round(reference.time_s, 4)
+        rows.append(row)
+    write_jsonl_atomic(Path(out_path), rows)
+    return rows
+
+
+def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
+    """Write every row, then rename into place: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run validation prompts through the fine-tuned (and base) model.")
+    parser.add_argument("--infer", required=True, help="inference YAML (LLaMA-Factory keys)")
+    parser.add_argument("--prompts", required=True, help=".txt (one prompt per line) or .jsonl")
+    parser.add_argument("--out", required=True, help="JSONL to write, e.g. RUN_DIR/validation.jsonl")
+    parser.add_argument("--base", action="store_true", help="also answer with the base model, side by side")
+    parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together (default 16)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the inference config")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    try:
+        config = load_infer_config(args.infer, *args.overrides)
+        rows = run_validation(config, args.prompts, args.out, base=args.base, batch_size=args.batch_size,
+                              on_progress=lambda done, total: print(f"progress {done}/{total}", flush=True))
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(rows)} rows to {args.out} in {time.perf_counter() - began:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

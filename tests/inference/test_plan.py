@@ -1,0 +1,149 @@
+"""Configs, the load plan and its guards, prompt files and the Modelfile template: no model weights load here."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.data.templates import TEMPLATES, get_template
+from engine.errors import ConfigError, DataError
+from engine.export import default_export_dir, load_export_config, make_export_config
+from engine.export.modelfile import extract_parts, go_template
+from engine.inference import load_infer_config, make_infer_config
+from engine.inference.prompts import read_prompts
+from engine.inference.source import plan_model
+
+
+def fake_adapter(folder: Path, template: str | None = "qwen", method: str = "lora") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "base", "peft_type": "LORA"}))
+    if template is not None:
+        (folder / "lfa_training.json").write_text(json.dumps(
+            {"base_model": "base", "finetuning_type": method, "template": template, "stage": "sft"}))
+    return folder
+
+
+def fake_full_output(folder: Path, template: str = "qwen") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "lfa_training.json").write_text(json.dumps(
+        {"base_model": "the-base", "finetuning_type": "full", "template": template, "stage": "sft"}))
+    return folder
+
+
+def test_lf_example_configs_load(lf_reference):
+    infer = load_infer_config(lf_reference / "examples/inference/qwen3_lora_sft.yaml")
+    assert infer.adapters() == ["saves/qwen3-4b/lora/sft"] and infer.template == "qwen3_nothink"
+    assert infer.trust_remote_code is True  # the user's explicit consent, written in their YAML
+    full = load_infer_config(lf_reference / "examples/inference/qwen3_full_sft.yaml")
+    assert full.adapters() == []
+    export = load_export_config(lf_reference / "examples/merge_lora/qwen3_lora_sft.yaml", "export_size=0.5")
+    assert (export.export_size, export.export_device, export.export_legacy_format) == (0.5, "cpu", False)
+    assert load_export_config(lf_reference / "examples/merge_lora/qwen3_full_sft.yaml").adapters() == []
+
+
+def test_config_errors_name_the_fix():
+    with pytest.raises(ConfigError, match="Did you mean 'max_new_tokens'"):
+        load_infer_config({"model_name_or_path": "m", "max_new_token": 5})
+    with pytest.raises(ConfigError, match="remove adapter_name_or_path"):
+        load_infer_config({"model_name_or_path": "m", "adapter_name_or_path": "a", "finetuning_type": "full"})
+    with pytest.raises(ConfigError, match="full-precision base"):
+        load_export_config({"model_name_or_path": "m", "export_dir": "x", "quantization_bit": 4})
+    with pytest.raises(ConfigError, match="export_size must be a positive"):
+        load_export_config({"model_name_or_path": "m", "export_dir": "x", "export_size": 0})
+    with pytest.raises(ConfigError, match="export_dir is empty"):
+        load_export_config({"model_name_or_path": "m"})
+
+
+def test_made_configs_branch_by_method():
+    lora = make_infer_config("saves/run", base_model="models/base", method="qlora", template="qwen")
+    assert lora["model_name_or_path"] == "models/base" and lora["adapter_name_or_path"] == "saves/run"
+    full = make_infer_config("saves/run", base_model="models/base", method="full", template="qwen")
+    assert full["model_name_or_path"] == "saves/run" and "adapter_name_or_path" not in full
+    assert load_infer_config(full).template == "qwen"  # what we write, we read back
+    export = make_export_config("saves/run", base_model="Qwen/Qwen3-4B", method="lora", template="qwen",
+                                export_dir="models/x", export_device="auto")
+    assert export["adapter_name_or_path"] == "saves/run" and export["export_device"] == "auto"
+    assert "adapter_name_or_path" not in make_export_config("saves/run", base_model="b", method="freeze",
+                                                            template=None, export_dir="x")
+    assert default_export_dir("Qwen/Qwen3-4B", "lora") == str(Path("models/Qwen3-4B-merged"))
+    assert default_export_dir("models/lf-tiny-qwen3/", "full") == str(Path("models/lf-tiny-qwen3-sft"))
+
+
+def test_template_guard(tmp_path):
+    adapter = fake_adapter(tmp_path / "adapter")
+    with pytest.raises(ConfigError) as refused:
+        plan_model("base", [str(adapter)], "qwen3_nothink")
+    message = str(refused.value)
+    assert "'qwen'" in message and "'qwen3_nothink'" in message and "template=qwen" in message
+    plan = plan_model("base", [str(adapter)], None)  # nothing configured: training's template
+    assert plan.template_name == "qwen" and "lfa_training.json" in plan.template_origin
+    assert plan_model("base", [str(adapter)], "qwen").template_name == "qwen"
+    unknown = fake_adapter(tmp_path / "elsewhere", template=None)  # trained by another tool: used, but said so
+    plan = plan_model("base", [str(unknown)], "llama3")
+    assert plan.template_name == "llama3" and "could not be checked" in plan.notes[0]
+    full = fake_full_output(tmp_path / "full", template="llama3")
+    with pytest.raises(ConfigError, match="'llama3'.*'qwen'"):
+        plan_model(str(full), [], "qwen")
+
+
+def test_full_output_never_takes_an_adapter(tmp_path):
+    full = fake_full_output(tmp_path / "full")
+    adapter = fake_adapter(tmp_path / "adapter")
+    with pytest.raises(ConfigError, match="full fine-tune.*Remove adapter_name_or_path"):
+        plan_model(str(full), [str(adapter)], None)
+    with pytest.raises(ConfigError, match="whole model.*Set model_name_or_path to this folder"):
+        plan_model("base", [str(full)], None)
+    with pytest.raises(ConfigError, match="is a LoRA adapter, not a model"):
+        plan_model(str(adapter), [], None)
+    plan = plan_model(str(full), [], None)
+    assert (plan.method, plan.trained_base, plan.adapters) == ("full", "the-base", [])
+
+
+def test_prompt_files(tmp_path):
+    (tmp_path / "p.txt").write_text("Who are you?\n\n  What is tea?  \n", encoding="utf-8")
+    assert [c[-1]["content"] for c in read_prompts(tmp_path / "p.txt")] == ["Who are you?", "What is tea?"]
+    rows = [{"prompt": "a"}, {"instruction": "b", "input": "c"},
+            {"messages": [{"role": "user", "content": "d"}, {"role": "assistant", "content": "ref"}]}, "e"]
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    conversations = read_prompts(tmp_path / "p.jsonl")
+    assert [c[-1]["content"] for c in conversations] == ["a", "b\nc", "d", "e"]
+    assert all(c[-1]["role"] == "user" for c in conversations)
+    (tmp_path / "bad.jsonl").write_text('{"answer": 1}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="row 1"):
+        read_prompts(tmp_path / "bad.jsonl")
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_modelfile_pieces_reproduce_every_template(name):
+    template = TEMPLATES[name]
+    parts = extract_parts(template)
+    assert parts is not None
+    for messages in ([{"role": "user", "content": "Q"}],
+                     [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+                      {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"},
+                      {"role": "user", "content": "Q3"}]):
+        for system in (None, "Be kind."):
+            assert parts.render(messages, system) == template.render(messages, system, add_generation_prompt=True)
+    text = go_template(parts, template.bos_token or None)
+    opened = len(re.findall(r"\{\{ (?:if|range) ", text))
+    assert opened == text.count("{{ end }}")  # every block closed
+    assert text.endswith(parts.generation_prompt)
+
+
+def test_tokenizer_chat_template_decomposes(demo_model_dir):
+    from transformers import AutoTokenizer
+
+    template = get_template(None, AutoTokenizer.from_pretrained(demo_model_dir))  # template: auto
+    parts = extract_parts(template)
+    assert parts is not None and parts.default_system == "You are a helpful assistant."
+
+
+def test_importing_inference_and_export_stays_light():
+    code = ("import sys, engine.inference, engine.export, engine.inference.validate, engine.inference.source, "
+            "assistant.cli.chat, assistant.cli.export; print('torch' in sys.modules, 'textual' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
