@@ -18,14 +18,15 @@ from typing import Any, Literal
 from engine.data.files import read_rows, refuse_output_path, write_rows_atomic
 from engine.data.formats import ROLE_ALIASES, RowError, convert_record
 from engine.data.registry import TAG_DEFAULTS, DatasetSpec
-from engine.data.repair import fill_row, repair_rows
+from engine.data.repair import ALPACA_FIELDS, fill_row, repair_rows
 from engine.errors import DataError
 
 FileFormat = Literal["alpaca", "sharegpt", "openai", "unknown"]
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 OPENAI_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
                "observation_tag": "tool", "system_tag": "system"}
-_ALPACA_KEYS = ("instruction", "input", "output", "chosen", "rejected")
+# Field names that mark a row as alpaca, LF's own and the common aliases `convert_file` renames.
+_ALPACA_KEYS = tuple(alias for key in ("instruction", "input", "output", "chosen") for alias in ALPACA_FIELDS[key])
 
 
 @dataclass
@@ -138,7 +139,7 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
         return CheckReport(path, file_format, rows, problems)
     spec = spec or spec_for(read.rows, file_format, ranking, path.stem)
     problems += _row_problems(read.rows, read.lines, spec)
-    problems += _tag_problems(read.rows, spec)
+    problems += _tag_problems(read.rows, spec) + _alias_problems(read.rows, spec)
     problems += _duplicate_problems(read.rows, read.lines)
     problems += _placeholder_problems(read.rows, read.lines)
     problems.sort(key=lambda p: (p.row is not None, p.row or 0))
@@ -172,12 +173,18 @@ def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -
         except RowError as exc:
             problems.append(Problem(index + 1, exc.field, exc.detail, line=lines[index]))
             continue
-        for message in example["messages"]:
-            if message["role"] == "user" and not message["content"].strip():
-                problems.append(Problem(index + 1, spec.column("prompt") or spec.column("messages"),
-                                        "a user message is empty.", "warning", lines[index]))
-                break
+        problems += _row_warnings(row, example, spec, index + 1, lines[index])
     return problems
+
+
+def _row_warnings(row: dict, example: dict, spec: DatasetSpec, number: int, line: int | None) -> list[Problem]:
+    prompt = spec.column("prompt")
+    if spec.formatting == "alpaca" and not row.get(prompt):
+        return [Problem(number, prompt, f"no {prompt!r}: the {spec.column('query')!r} text alone becomes the "
+                        "prompt. Put the request in the instruction.", "warning", line)]
+    if any(m["role"] == "user" and not m["content"].strip() for m in example["messages"]):
+        return [Problem(number, spec.column("messages") or prompt, "a user message is empty.", "warning", line)]
+    return []
 
 
 def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
@@ -200,6 +207,24 @@ def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
                     f"unknown role tags {', '.join(map(repr, unknown))}{hint}. Tags found: "
                     f"{', '.join(f'{tag} ({count})' for tag, count in found.most_common())}; expected: "
                     f"{', '.join(expected)}. Set \"tags\" in dataset_info.json, or write a fixed copy with --fix.")]
+
+
+def _alias_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
+    """Rows that name their fields 'prompt' / 'response' (or similar) where the entry expects other names."""
+    if spec.formatting != "alpaca":
+        return []
+    keys = {key for row in rows[:200] if isinstance(row, dict) for key in row}
+    renames = {}
+    for column_key, canonical in (("prompt", "instruction"), ("query", "input"), ("response", "output")):
+        expected = spec.column(column_key)
+        alias = next((a for a in ALPACA_FIELDS[canonical] if a in keys and a != expected), None)
+        if expected not in keys and alias:
+            renames[column_key] = alias
+    if not renames:
+        return []
+    used = ", ".join(f"{alias!r} for {spec.column(key)!r}" for key, alias in renames.items())
+    return [Problem(None, None, f"the rows use {used}. Map them in dataset_info.json with \"columns\": "
+                    f"{json.dumps(renames)}, or write a renamed copy with --fix.")]
 
 
 def _duplicate_problems(rows: list[Any], lines: list[int | None]) -> list[Problem]:

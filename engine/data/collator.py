@@ -6,6 +6,7 @@ torch is imported inside the calls, so that `import engine.data` stays fast for 
 from __future__ import annotations
 
 from engine.data.encode import IGNORE_INDEX
+from engine.errors import DataError
 
 
 def _padded_length(lengths: list[int], multiple: int | None) -> int:
@@ -20,7 +21,8 @@ class SFTCollator:
 
     def __init__(self, pad_token_id: int, pad_to_multiple_of: int | None = None) -> None:
         if pad_token_id is None:
-            raise ValueError("SFTCollator needs a pad token id (the tokenizer's pad_token_id, or its EOS id).")
+            raise DataError("Batches need a pad token, and the tokenizer has none: set pad_token (its EOS token "
+                            "works, padded labels are masked) in tokenizer_config.json.")
         self.pad_token_id = pad_token_id
         self.pad_to_multiple_of = pad_to_multiple_of
 

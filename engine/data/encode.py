@@ -3,7 +3,9 @@
 SFT: every assistant turn of a multi-turn conversation is trained (its answer tokens and its end-of-turn token);
 prompts, system text and tool results are labelled IGNORE_INDEX. mask_history=True trains only the last turn.
 Truncation to cutoff_len shares the budget between prompt and answer (LLaMA-Factory's infer_seqlen), so a long
-prompt cannot squeeze the answer out entirely. Rows left with no trained token are dropped and counted.
+prompt cannot squeeze the answer out entirely. Unlike LLaMA-Factory, a later turn whose prompt would be cut is left
+out whole: an answer trained after a prompt that lost its assistant header teaches the wrong format. Rows left with
+no trained token are dropped and counted.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def _encode_pairs(pairs, tokenizer, template, cutoff_len: int, train_on_prompt: 
         if total >= cutoff_len:
             break
         source_len, target_len = infer_seqlen(len(source), len(target), cutoff_len - total)
+        if turn != 0 and source_len < len(source):
+            break  # a later turn whose prompt does not fit is left out, not trained after a cut-off prompt
         source, target = source[:source_len], target[:target_len]
         total += source_len + target_len
         if train_on_prompt:

@@ -88,7 +88,7 @@ def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
         rejected = _answer_text(record, spec.column("rejected"), where, "rejected answer")
         return {"messages": messages, "system": None, "chosen": chosen, "rejected": rejected}
     response_column = spec.column("response")
-    if response_column not in record and set(record) <= {spec.column("prompt"), spec.column("query")}:
+    if response_column not in record and "prompt" in spec.columns and "response" not in spec.columns:
         raise RowError(where, response_column, f"only {', '.join(map(repr, record))}, no answer: this looks like "
                        "pre-training text. lf-assistant trains on instruction/answer pairs (sft) and preferences.")
     messages.append({"role": ASSISTANT, "content": _answer_text(record, response_column, where, "answer")})
@@ -145,13 +145,17 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
     if spec.ranking:
         if len(messages) % 2 != 1:
             raise RowError(where, column, f"a preference row's {column!r} must end with the user's turn "
-                           f"({len(messages)} messages found); the answers go in chosen/rejected.")
+                           f"({_count(messages)} found); the answers go in chosen/rejected.")
         example["chosen"] = _ranked_answer(record, spec, "chosen", tag_roles, where)
         example["rejected"] = _ranked_answer(record, spec, "rejected", tag_roles, where)
     elif len(messages) % 2 != 0:
         raise RowError(where, column, f"the conversation ends with a user-side turn, so there is no answer to "
-                       f"train on ({len(messages)} messages). Add the assistant's reply or drop the last message.")
+                       f"train on ({_count(messages)}). Add the assistant's reply or drop the last message.")
     return example
+
+
+def _count(messages: list) -> str:
+    return f"{len(messages)} message{'' if len(messages) == 1 else 's'}"
 
 
 def _message_role(message: Any, tag_roles: dict, spec: DatasetSpec, position: int, where: str, number: int,

@@ -82,6 +82,8 @@ class DatasetSpec:
         """The file's column for `key` (prompt, response, messages, ...), or None when the dataset has none."""
         if key in self.columns:
             return self.columns[key]
+        if self.ranking and key in ("chosen", "rejected"):
+            return key  # LF has no default here and fails on a KeyError; the obvious name is the useful one
         return COLUMN_DEFAULTS[self.formatting].get(key)
 
     def tag(self, key: str) -> str:

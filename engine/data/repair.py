@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.data.formats import ASSISTANT_SIDE, FUNCTION, OBSERVATION, ROLE_ALIASES, USER, USER_SIDE
 
-_ALPACA_FIELDS: dict[str, tuple[str, ...]] = {
+ALPACA_FIELDS: dict[str, tuple[str, ...]] = {
     "instruction": ("instruction", "prompt", "question"),
     "input": ("input", "context"),
     "output": ("output", "response", "answer", "completion"),
@@ -57,7 +57,7 @@ def repair_rows(rows: list[Any], file_format: str, ranking: bool) -> tuple[list[
 
 def _repair_alpaca(row: dict, notes: Counter) -> dict:
     out: dict[str, Any] = {}
-    for canonical, aliases in _ALPACA_FIELDS.items():
+    for canonical, aliases in ALPACA_FIELDS.items():
         source = next((alias for alias in aliases if alias in row), None)
         if source is None:
             continue
@@ -68,7 +68,7 @@ def _repair_alpaca(row: dict, notes: Counter) -> dict:
             value = str(value)
             notes[f"turned a number in {canonical!r} into text"] += 1
         out[canonical] = value
-    dropped = sorted(set(row) - {alias for aliases in _ALPACA_FIELDS.values() for alias in aliases})
+    dropped = sorted(set(row) - {alias for aliases in ALPACA_FIELDS.values() for alias in aliases})
     if dropped:
         notes[f"dropped unknown fields {', '.join(dropped)}"] += 1
     return out

@@ -1,0 +1,59 @@
+"""What training will see: the first samples with their trained spans marked, and counts over the whole data.
+
+Used by `lf-assistant data preview` and the TUI's data stage. Everything is computed with the same template and
+encoder the recipes use, so the preview cannot disagree with training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.data.encode import IGNORE_INDEX, describe_sample, encode_preference, encode_supervised
+
+
+@dataclass
+class DataPreview:
+    """Counts over all rows, and the decoded spans of the first samples."""
+
+    template: str
+    rows: int
+    """Normalized examples loaded."""
+    samples: int
+    """Samples kept after encoding."""
+    trained_tokens: int
+    """Tokens with a label (answers and their end-of-turn tokens)."""
+    total_tokens: int
+    """All tokens of the kept samples (both sides for preference pairs)."""
+    longest: int
+    """The longest kept sample, in tokens."""
+    truncated: int
+    """Kept samples cut to cutoff_len."""
+    dropped: list[str] = field(default_factory=list)
+    """Sources ("dataset:row") of rows with no trained token left."""
+    shown: list[tuple[str, list[tuple[str, bool]]]] = field(default_factory=list)
+    """(source, [(text, trained)]) for the first samples."""
+
+
+def preview_data(examples: list[dict], tokenizer, template, cutoff_len: int, *, n: int = 2,
+                 train_on_prompt: bool = False, mask_history: bool = False) -> DataPreview:
+    """Encode every example (preference pairs when they carry chosen/rejected) and describe the first `n`."""
+    ranking = bool(examples) and "chosen" in examples[0]
+    if ranking:
+        encoded = encode_preference(examples, tokenizer, template, cutoff_len)
+        keys = (("chosen_input_ids", "chosen_labels"), ("rejected_input_ids", "rejected_labels"))
+    else:
+        encoded = encode_supervised(examples, tokenizer, template, cutoff_len, train_on_prompt=train_on_prompt,
+                                    mask_history=mask_history)
+        keys = (("input_ids", "labels"),)
+    dropped = set(encoded.dropped)
+    kept_sources = [example.get("source", "?") for example in examples if example.get("source", "?") not in dropped]
+    trained = total = longest = 0
+    for sample in encoded:
+        for ids_key, labels_key in keys:
+            total += len(sample[ids_key])
+            longest = max(longest, len(sample[ids_key]))
+            trained += sum(1 for label in sample[labels_key] if label != IGNORE_INDEX)
+    shown = [(source, describe_sample(sample, tokenizer)) for source, sample in zip(kept_sources, encoded[:n])]
+    return DataPreview(template=template.name, rows=len(examples), samples=len(encoded), trained_tokens=trained,
+                       total_tokens=total, longest=longest, truncated=encoded.truncated,
+                       dropped=list(encoded.dropped), shown=shown)
