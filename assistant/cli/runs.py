@@ -30,11 +30,14 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
     if not rows:
         console.print("No runs yet. Start one with `lf-assistant` (guided) or `lf-assistant train CONFIG`.")
         return
-    table = Table("run id", "model", "method", "state", "steps", "final loss", "started")
+    table = Table()
+    table.add_column("run id", no_wrap=True)
+    for name in ("model", "method", "state", "steps", "final loss", "started"):
+        table.add_column(name, overflow="fold")
     for row in rows:
         steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
         loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "-"
-        table.add_row(row["run_id"], str(row.get("model") or "-"), str(row.get("method") or "-"),
+        table.add_row(row["run_id"], Path(str(row.get("model") or "-")).name, str(row.get("method") or "-"),
                       _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at")))
     console.print(table)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 from engine.errors import ConfigError
 
 C = TypeVar("C")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -52,6 +54,8 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
+        if isinstance(value, str) and _NUMBER.match(value.strip()):
+            value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
         # "a,b" stays a string; YAML would keep it a string anyway, but lists are not config values.
         overrides[key] = raw if isinstance(value, (list, dict)) else value
     return overrides
