@@ -14,6 +14,7 @@ from engine.data.encode import (
     encode_supervised,
 )
 from engine.data.loader import convert_record, load_examples, read_records
+from engine.data.preview import DataPreview, preview_data
 from engine.data.registry import (
     DatasetSpec,
     dataset_file_path,
@@ -25,9 +26,9 @@ from engine.data.registry import (
 from engine.data.templates import TEMPLATES, Template, get_template
 
 __all__ = [
-    "IGNORE_INDEX", "TEMPLATES", "CheckReport", "DatasetSpec", "EncodedSamples", "PreferenceCollator", "Problem",
+    "IGNORE_INDEX", "TEMPLATES", "CheckReport", "DataPreview", "DatasetSpec", "EncodedSamples", "PreferenceCollator", "Problem",
     "SFTCollator", "Template", "check_file", "convert_file", "convert_record", "count_trained_tokens",
     "dataset_file_path", "describe_sample", "encode_preference", "encode_supervised", "fill_placeholders",
     "find_dataset_dir", "find_placeholders", "get_dataset_spec", "get_template", "load_dataset_info",
-    "load_examples", "read_records", "register_dataset",
+    "load_examples", "preview_data", "read_records", "register_dataset",
 ]

@@ -22,6 +22,16 @@ def encode_text(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False) if text else []
 
 
+def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """encode_text over (prompt, answer) texts in one batched call (the Rust tokenizer runs a batch in parallel)."""
+    texts = [text for pair in pairs for text in pair]
+    if not texts:
+        return []
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    ids = [token_ids if text else [] for text, token_ids in zip(texts, ids)]
+    return [(ids[i], ids[i + 1]) for i in range(0, len(ids), 2)]
+
+
 class TokenizerTemplate:
     """A template backed by the tokenizer's chat template (same methods as `Template`)."""
 
@@ -81,7 +91,7 @@ class TokenizerTemplate:
                      tools: str | None = None) -> list[tuple[list[int], list[int]]]:
         """(prompt_ids, response_ids) for each assistant turn."""
         pairs, _ = self.turn_texts(messages, system, tools)
-        return [(encode_text(tokenizer, prompt), encode_text(tokenizer, answer)) for prompt, answer in pairs]
+        return encode_pairs(tokenizer, pairs)
 
     def encode_prompt(self, tokenizer, messages: list[dict], system: str | None = None,
                       tools: str | None = None) -> list[int]:
