@@ -86,7 +86,7 @@ def _method_problems(c: TrainConfig) -> list[str]:
 def _data_problems(c: TrainConfig) -> list[str]:
     if not c.dataset:
         return ["dataset is empty: name one or more datasets from dataset_info.json (for example identity)."]
-    from engine.data.registry import find_dataset_dir, get_dataset_spec
+    from engine.data.registry import dataset_file_path, find_dataset_dir, get_dataset_spec
 
     problems = []
     try:
@@ -102,6 +102,11 @@ def _data_problems(c: TrainConfig) -> list[str]:
         except EngineError as exc:
             problems.append(str(exc))
             continue
+        if spec.file_name:
+            try:
+                dataset_file_path(spec, dataset_dir)
+            except EngineError as exc:
+                problems.append(str(exc))
         wants_ranking = c.stage == "dpo"
         if bool(spec.ranking) != wants_ranking:
             need = "preference (ranking: true)" if wants_ranking else "supervised (not ranking)"
