@@ -7,7 +7,6 @@ writers take a new path and replace it atomically (temp file in the same folder 
 
 from __future__ import annotations
 
-import bisect
 import csv
 import io
 import json
@@ -121,17 +120,19 @@ def _read_json_object(path: Path, data: dict) -> RowsRead:
 def _read_json_array(path: Path, text: str) -> RowsRead:
     """Decode `[row, row, ...]` element by element so that each row keeps its line number."""
     decoder = json.JSONDecoder()
-    newlines = [index for index, char in enumerate(text) if char == "\n"]
     result = RowsRead(path, "json")
     pos = _skip_space(text, text.index("[") + 1)
+    line, counted_to = 1, 0
     try:
         if text[pos:pos + 1] == "]":
             pos += 1
         else:
             while True:
                 row, end = decoder.raw_decode(text, pos)
+                line += text.count("\n", counted_to, pos)  # counted incrementally: str.count runs in C
+                counted_to = pos
                 result.rows.append(row)
-                result.lines.append(bisect.bisect_right(newlines, pos - 1) + 1)
+                result.lines.append(line)
                 pos = _skip_space(text, end)
                 if text[pos:pos + 1] == ",":
                     pos = _skip_space(text, pos + 1)
