@@ -22,7 +22,7 @@ ROWS_SHOWN = 50
 @fail_on_engine_error
 def check(
     file: Path = typer.Argument(..., help="A data file: json, jsonl, csv, parquet or arrow.", show_default=False),
-    format: Optional[str] = typer.Option(None, "--format", help="Read the file as alpaca or sharegpt "
+    file_format: Optional[str] = typer.Option(None, "--format", help="Read the file as alpaca or sharegpt "
                                          "(default: detected; OpenAI messages count as sharegpt)."),
     fix: Optional[Path] = typer.Option(None, "--fix", metavar="OUT", help="Write a repaired copy to OUT (.json or "
                                        ".jsonl, a new file); the input is never changed."),
@@ -36,16 +36,16 @@ def check(
     from engine.data.check import check_file, convert_file
 
     console = Console(highlight=False)
-    if format is not None and format not in ("alpaca", "sharegpt"):
-        raise typer.BadParameter(f"{format!r} is not a format; use alpaca or sharegpt.", param_hint="--format")
+    if file_format is not None and file_format not in ("alpaca", "sharegpt"):
+        raise typer.BadParameter(f"{file_format!r} is not a format; use alpaca or sharegpt.", param_hint="--format")
     values = _parse_fill(fill or [])
     if values and fix is None:
         raise typer.BadParameter("--fill writes the values into a copy, so it needs --fix OUT.", param_hint="--fill")
-    report = check_file(file, formatting=format)
+    report = check_file(file, formatting=file_format)
     _print_report(console, report, show_all)
     if fix is None:
         raise typer.Exit(0 if report.ok else 1)
-    fixed = convert_file(file, fix, formatting=format, placeholders=values or None)
+    fixed = convert_file(file, fix, formatting=file_format, placeholders=values or None)
     console.print(f"\n[bold]Wrote {fix}[/]")
     for note in fixed.notes:
         console.print(f"  - {note}", markup=False)
