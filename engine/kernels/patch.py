@@ -79,10 +79,12 @@ def parse_kernel_config(value: str | dict | list | bool | None) -> KernelSelecti
         return "none"
     if names == ["auto"]:
         return "auto"
+    if "auto" in names or "none" in names:
+        raise ConfigError(f"kernel_config name {value!r} mixes auto/none with kernel names; use auto, none, or "
+                          f"a comma-separated list of: {', '.join(KERNEL_NAMES)}")
     unknown = [name for name in names if name not in KERNEL_NAMES]
-    if unknown or "auto" in names or "none" in names:
-        bad = unknown or ["auto/none mixed with kernel names"]
-        raise ConfigError(f"kernel_config name {', '.join(bad)} is not valid; use auto, none, or a "
+    if unknown:
+        raise ConfigError(f"kernel_config name {', '.join(unknown)} is not a kernel; use auto, none, or a "
                           f"comma-separated list of: {', '.join(KERNEL_NAMES)}")
     return [name for name in KERNEL_NAMES if name in names]
 
