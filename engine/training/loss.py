@@ -19,24 +19,47 @@ def shift_labels(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=-100)
 
 
+def model_inputs(batch: dict) -> dict:
+    """What the model gets from a batch. A packed batch (one that carries ``position_ids``, see
+    engine/data/packing.py) leaves out its 2-D attention_mask: transformers derives block-diagonal attention from
+    restarting positions only when no 2-D mask is given (with right padding, dropping it changes nothing for real
+    tokens either). ``use_cache=False`` in the callers matters for the same reason: a KV cache also turns the
+    packed-sequence detection off, and training never needs one."""
+    keys = ("input_ids", "position_ids") if "position_ids" in batch else ("input_ids", "attention_mask")
+    return {k: v for k, v in batch.items() if k in keys}
+
+
+def batch_targets(batch: dict) -> torch.Tensor:
+    """Each position's next-token target. A sequence-parallel slice carries ``shift_labels`` already shifted on the
+    whole sequence, because its last target is the first token of the next slice."""
+    if "shift_labels" in batch:
+        return batch["shift_labels"]
+    return shift_labels(batch["labels"])
+
+
+def trained_tokens(batch: dict) -> int:
+    """How many positions of the micro-batch have a target (its share of the step's loss normaliser)."""
+    return int((batch_targets(batch) != -100).sum())
+
+
 def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce: bool = False) -> tuple[torch.Tensor, int]:
     """(sum of token losses, number of trained tokens) for one micro-batch.
 
     With ``fused_linear_ce`` the LM head and the loss run chunk by chunk on the final hidden states, so the full
     logits tensor (tokens x vocab) never exists.
     """
-    labels = shift_labels(batch["labels"])
+    labels = batch_targets(batch)
     n_tokens = int((labels != -100).sum())
-    inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids")}
+    inputs = model_inputs(batch)
     if fused_linear_ce:
         from engine.kernels.ops.fused_linear_ce import chunked_linear_cross_entropy
 
         causal_lm = base_causal_lm(model)
-        hidden = causal_lm.model(**inputs).last_hidden_state
+        hidden = causal_lm.model(**inputs, use_cache=False).last_hidden_state
         head = causal_lm.get_output_embeddings()
         loss = chunked_linear_cross_entropy(hidden.flatten(0, 1), head.weight, labels.flatten(),
                                             bias=getattr(head, "bias", None), reduction="sum")
         return loss, n_tokens
-    logits = model(**inputs).logits
+    logits = model(**inputs, use_cache=False).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
     return loss, n_tokens
