@@ -124,7 +124,8 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
                                      pad_id=tokenizer.pad_token_id)
     notes += size_notes
     progress(6)
-    checks = checks + verify_export(staging, files, model, prints, shard_bytes)
+    label = "merged" if plan.adapters else "fine-tuned"
+    checks = checks + verify_export(staging, files, model, prints, shard_bytes, label)
     failed = [c for c in checks if not c.passed]
     if failed:
         raise EngineError("The written export did not check out, so it was removed:\n- "

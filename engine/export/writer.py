@@ -96,8 +96,10 @@ def read_weights(folder: Path, files: list[str]):
                 yield key, handle.get_tensor(key)
 
 
-def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprint], shard_bytes: int) -> list[Check]:
-    """Read the written files back: they hold exactly the in-memory weights, the adapter's changes, in size."""
+def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprint], shard_bytes: int,
+                  label: str = "merged") -> list[Check]:
+    """Read the written files back: they hold exactly the in-memory (`label`) weights, the adapter's changes, and
+    every shard is within size."""
     state = {name: tensor.detach() for name, tensor in model.state_dict().items()}
     saved, differing = set(), []
     by_param = {p.param: p for p in prints}
@@ -110,7 +112,7 @@ def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprin
             carried += 1
     stored = {_storage(t) for n, t in state.items() if n in saved}
     missing = [n for n in state if n not in saved and _storage(state[n]) not in stored]  # tied aliases are fine
-    checks = [Check(name="export files hold the merged weights", passed=not differing and not missing,
+    checks = [Check(name=f"export files hold the {label} weights", passed=not differing and not missing,
                     detail=f"{len(saved)} tensors read back from {len(files)} file(s)"
                            + (f"; differ: {', '.join(differing[:5])}" if differing else "")
                            + (f"; missing: {', '.join(missing[:5])}" if missing else ""))]

@@ -1,0 +1,104 @@
+"""Chat and batch generation on a trained LoRA adapter and a full fine-tune of the demo model."""
+
+import json
+
+import pytest
+
+from engine.errors import ConfigError, DeviceError
+from engine.inference import load_infer_config, make_infer_config
+from engine.inference.backends import check_backend
+from engine.inference.chat_model import ChatModel
+from engine.inference.validate import main as validate_main
+
+QUESTIONS = ["Who are you?", "What is your name and who made you?", "Hi", "Tell me something about tea and how "
+             "people drink it in the morning.", "2 + 2?"]
+
+
+def conversation(text):
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture(scope="module")
+def lora_chat(lora_run, demo_model_dir):
+    config = make_infer_config(lora_run, base_model=str(demo_model_dir), method="lora", template="qwen")
+    model = ChatModel(load_infer_config(config, max_new_tokens=16))
+    yield model
+    model.close()
+
+
+def test_batched_left_padded_answers_equal_one_at_a_time(lora_chat):
+    one_by_one = [lora_chat.chat(conversation(q)) for q in QUESTIONS]
+    batched = lora_chat.batch_chat([conversation(q) for q in QUESTIONS], batch_size=4)
+    assert batched == one_by_one
+    assert any(answer.strip() for answer in batched)
+
+
+def test_stream_and_multi_turn(lora_chat):
+    history = conversation("Who are you?")
+    streamed = "".join(lora_chat.stream_chat(history))
+    assert streamed == lora_chat.chat(history)
+    history += [{"role": "assistant", "content": streamed}, {"role": "user", "content": "And who made you?"}]
+    prompt = lora_chat.encode(history)
+    assert prompt == lora_chat.template.encode_prompt(lora_chat.tokenizer, history)
+    text = lora_chat.tokenizer.decode(prompt)
+    assert text.count("<|im_start|>user") == 2 and text.endswith("<|im_start|>assistant\n")
+    assert isinstance(lora_chat.chat(history), str)
+
+
+def test_plan_reads_training_template(lora_chat, lora_run):
+    assert lora_chat.template_name == "qwen" and lora_chat.plan.method == "lora"
+    assert lora_chat.plan.tokenizer_source == str(lora_run)  # the adapter's tokenizer carries the training template
+
+
+def test_mismatched_template_refused_before_loading(lora_run, demo_model_dir):
+    config = load_infer_config({"model_name_or_path": str(demo_model_dir), "adapter_name_or_path": str(lora_run),
+                                "template": "llama3"})
+    with pytest.raises(ConfigError, match="'qwen'.*'llama3'"):
+        ChatModel(config)
+
+
+def test_full_fine_tune_loads_without_adapter(full_run):
+    config = load_infer_config(make_infer_config(full_run, base_model="unused", method="full", template=None),
+                               max_new_tokens=8)
+    model = ChatModel(config)
+    try:
+        assert model.template_name == "qwen" and model.plan.adapters == []
+        assert isinstance(model.chat(conversation("Who are you?")), str)
+    finally:
+        model.close()
+
+
+def test_missing_optional_backend_says_how_to_install():
+    with pytest.raises(DeviceError, match="pip install"):
+        check_backend("vllm")
+    with pytest.raises(ConfigError, match="huggingface"):
+        check_backend("ktransformers")
+
+
+def test_validate_writes_base_and_tuned_side_by_side(lora_run, demo_model_dir, tmp_path, capsys):
+    infer = tmp_path / "infer.yaml"
+    config = make_infer_config(lora_run, base_model=str(demo_model_dir), method="lora", template="qwen")
+    infer.write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(QUESTIONS[:4]), encoding="utf-8")
+    out = tmp_path / "run" / "validation.jsonl"
+    code = validate_main(["--infer", str(infer), "--prompts", str(prompts), "--out", str(out), "--base",
+                          "--batch-size", "3", "max_new_tokens=16"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "progress 3/8" in printed and "progress 8/8" in printed
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["prompt"] for r in rows] == QUESTIONS[:4]
+    assert all(set(r) >= {"prompt", "base", "tuned", "template", "time_s"} and r["template"] == "qwen" for r in rows)
+    assert any(r["base"] != r["tuned"] for r in rows)  # the adapter changed the answers
+
+
+def test_validate_reports_errors_with_exit_code_2(lora_run, demo_model_dir, tmp_path, capsys):
+    infer = tmp_path / "infer.yaml"
+    infer.write_text(json.dumps({"model_name_or_path": str(demo_model_dir), "adapter_name_or_path": str(lora_run),
+                                 "template": "qwen3_nothink"}), encoding="utf-8")
+    (tmp_path / "p.txt").write_text("Hi\n", encoding="utf-8")
+    code = validate_main(["--infer", str(infer), "--prompts", str(tmp_path / "p.txt"), "--out",
+                          str(tmp_path / "v.jsonl")])
+    assert code == 2
+    assert "Template mismatch" in capsys.readouterr().err and not (tmp_path / "v.jsonl").exists()

@@ -1,0 +1,187 @@
+"""Export on the demo model: the merge changes the weights, matches base + adapter, and reloads in plain transformers."""
+
+import json
+import shutil
+import stat
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from engine.errors import ConfigError, ModelError
+from engine.export import load_export_config, make_export_config
+from engine.export.__main__ import main as export_main
+from engine.export.run import export_model
+
+PROMPTS = ["Who are you?", "What is tea?", "Say hello."]
+
+
+def export_config(lora_run, demo_model_dir, export_dir, **over):
+    data = make_export_config(lora_run, base_model=str(demo_model_dir), method="lora", template="qwen",
+                              export_dir=export_dir, export_device="cpu")
+    return load_export_config(data, **over)
+
+
+def greedy(model, tokenizer, text, steps=12):
+    inputs = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                           return_tensors="pt", return_dict=True)
+    output = model.generate(**inputs, max_new_tokens=steps, do_sample=False)
+    return output[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def all_weights(folder):
+    weights = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(file))
+    return weights
+
+
+@pytest.fixture(scope="module")
+def lora_export(lora_run, demo_model_dir, tmp_path_factory):
+    target = tmp_path_factory.mktemp("exports") / "tiny-merged"
+    # 1.5 MB shards: the 2.1 MB embedding is bigger than a shard and must sit alone, the rest is split.
+    result = export_model(export_config(lora_run, demo_model_dir, target, export_size=0.0015))
+    return result
+
+
+def test_lora_export_reloads_and_answers_like_the_adapter(lora_export, lora_run, demo_model_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = lora_export.export_dir
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    exported = AutoModelForCausalLM.from_pretrained(folder)
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(demo_model_dir), lora_run)
+    for text in PROMPTS:
+        assert greedy(exported, tokenizer, text) == greedy(adapted, tokenizer, text)
+    # Plain transformers renders the training template and stops on its end-of-turn token.
+    from engine.data.templates import get_template
+
+    messages = [{"role": "user", "content": "Hi"}]
+    assert tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == \
+        get_template("qwen").render(messages, add_generation_prompt=True)
+    assert json.loads((folder / "tokenizer_config.json").read_text())["chat_template"] == \
+        (folder / "chat_template.jinja").read_text()
+    assert exported.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_lora_export_files_and_record(lora_export, demo_model_dir):
+    folder = lora_export.export_dir
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 2 and shards == lora_export.files
+    for shard in shards:
+        tensors = load_file(folder / shard)
+        assert (folder / shard).stat().st_size <= 1.5e6 or len(tensors) == 1
+        assert stat.S_IMODE((folder / shard).stat().st_mode) == 0o644  # readable by a runtime's service user
+    base, merged = load_file(demo_model_dir / "model.safetensors"), all_weights(folder)
+    changed = {k for k in base if not torch.equal(base[k], merged[k])}
+    assert changed and all(k.endswith("proj.weight") for k in changed)
+    assert torch.equal(base["model.embed_tokens.weight"], merged["model.embed_tokens.weight"])
+    record = json.loads((folder / "lfa_export.json").read_text())
+    assert record["operation"] == "merge" and record["template"] == "qwen" and record["weight_files"] == shards
+    assert all(check["passed"] for check in record["checks"]) and len(record["checks"]) == 5
+    logits = next(c for c in record["checks"] if "logits" in c["name"])
+    assert logits["measured"] <= logits["tolerance"] < 1e-2
+    modelfile = (folder / "Modelfile").read_text()
+    assert "FROM ." in modelfile and 'PARAMETER stop "<|im_end|>"' in modelfile
+    assert "<|im_start|>user\n{{ .Content }}<|im_end|>\n" in modelfile
+    assert 'SYSTEM """You are a helpful assistant."""' in modelfile
+
+
+def test_lf_merge_example_needs_the_training_template(lf_reference, lora_run, demo_model_dir, tmp_path, capsys):
+    example = lf_reference / "examples/merge_lora/qwen3_lora_sft.yaml"  # says template: qwen3_nothink
+    args = [str(example), f"model_name_or_path={demo_model_dir}", f"adapter_name_or_path={lora_run}",
+            f"export_dir={tmp_path / 'merged'}"]
+    assert export_main(args) == 2
+    error = capsys.readouterr().err
+    assert "'qwen'" in error and "'qwen3_nothink'" in error and "template=qwen" in error
+    assert not (tmp_path / "merged").exists()
+    assert export_main(args + ["template=qwen"]) == 0
+    assert f"exported to {tmp_path / 'merged'}" in capsys.readouterr().out
+    # Exporting again replaces the earlier export; a folder of other files is never overwritten.
+    assert export_main(args + ["template=qwen"]) == 0
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    assert export_main(args[:-1] + [f"export_dir={tmp_path / 'mine'}", "template=qwen"]) == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_full_export_is_a_resave_in_legacy_format(full_run, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    config = load_export_config(make_export_config(full_run, base_model="unused", method="full", template="qwen",
+                                                   export_dir=tmp_path / "sft", export_device="auto"),
+                                export_legacy_format=True)
+    result = export_model(config)
+    assert result.operation == "re-save" and not any("merge" in c.name for c in result.checks)
+    assert result.files == ["pytorch_model.bin"] and all(c.passed for c in result.checks)
+    reloaded = AutoModelForCausalLM.from_pretrained(result.export_dir).state_dict()
+    source = load_file(full_run / "model.safetensors")
+    assert all(torch.equal(source[k], reloaded[k]) for k in source)
+    assert "chat_template" in json.loads((result.export_dir / "tokenizer_config.json").read_text())
+
+
+def test_adapter_that_changes_nothing_is_refused(demo_model_dir, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    untrained = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_model_dir),
+                               LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))  # lora_B starts at zero
+    untrained.save_pretrained(tmp_path / "adapter")
+    with pytest.raises(ModelError, match="changes nothing"):
+        export_model(export_config(tmp_path / "adapter", demo_model_dir, tmp_path / "out"))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_quantized_base_is_refused_before_loading(lora_run, demo_model_dir, tmp_path):
+    quantized = shutil.copytree(demo_model_dir, tmp_path / "gptq")
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    (quantized / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="quantized checkpoint \\(gptq\\).*full-precision"):
+        export_model(export_config(lora_run, quantized, tmp_path / "out"))
+
+
+def test_adapter_on_tied_embedding_is_untied(demo_model_dir, tmp_path):
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_model_dir),
+                                LoraConfig(r=4, target_modules=["embed_tokens", "q_proj"]))
+    with torch.no_grad():  # a non-zero update, as training would leave it (embedding LoRA starts with A = 0)
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name or "lora_embedding" in name:
+                param.normal_(std=0.05)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    result = export_model(export_config(tmp_path / "adapter", demo_model_dir, tmp_path / "out"))
+    assert all(c.passed for c in result.checks) and any("untie" in n for n in result.notes)
+    assert "3 of 3 adapted matrices" in result.checks[0].detail  # the embedding and both q_proj
+    exported = AutoModelForCausalLM.from_pretrained(result.export_dir)
+    assert exported.config.tie_word_embeddings is False
+    reference = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(demo_model_dir), tmp_path / "adapter")
+    ids = torch.tensor([[1, 300, 301, 302, 2, 1, 400]])
+    with torch.no_grad():
+        assert torch.allclose(exported(ids).logits, reference(ids).logits, atol=1e-4)
+    base = load_file(demo_model_dir / "model.safetensors")["model.embed_tokens.weight"]
+    assert torch.equal(exported.lm_head.weight, base)  # the head keeps the untouched embedding
+    assert not torch.equal(exported.model.embed_tokens.weight, base)
+
+
+def test_verification_catches_an_export_of_the_original_weights(lora_run, demo_model_dir, tmp_path):
+    """Pain point: an export that silently holds the base weights. The read-back check must fail on it."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.export.merge import fingerprints
+    from engine.export.writer import save_weights, verify_export
+    from engine.inference.source import attach_adapter
+
+    adapted = attach_adapter(AutoModelForCausalLM.from_pretrained(demo_model_dir), str(lora_run), "demo")
+    prints = fingerprints(adapted)
+    merged = adapted.merge_and_unload()
+    files, _ = save_weights(AutoModelForCausalLM.from_pretrained(demo_model_dir), tmp_path, shard_bytes=10**9,
+                            dtype=torch.float32, legacy=False, stop_ids=[2], pad_id=0)
+    checks = {c.name: c.passed for c in verify_export(tmp_path, files, merged, prints, 10**9)}
+    assert checks["export files hold the merged weights"] is False
+    assert checks["exported weights differ from the base where the adapter is non-zero"] is False
