@@ -53,6 +53,7 @@ def run_ours(model_dir: str, dataset: str, steps: int, workdir: Path) -> dict:
         "per_device_train_batch_size": SETTINGS["batch"], "gradient_accumulation_steps": SETTINGS["grad_accum"],
         "learning_rate": SETTINGS["lr"], "max_steps": steps, "lr_scheduler_type": "cosine", "logging_steps": 10,
         "save_strategy": "no", "plot_loss": False, "seed": SETTINGS["seed"], "output_dir": str(workdir / "ours"),
+        "overwrite_output_dir": True,
     })
     status = engine.train(config, runs_dir=workdir / "runs").status()
     return {"tokens": status["num_input_tokens_seen"], "train_s": status["train_runtime_s"],
