@@ -158,7 +158,8 @@ def find_dataset_dir(dataset_dir: str | Path, *, config_dir: Path | None = None)
         candidates = [raw]
     else:
         candidates = [Path(config_dir) / raw] if config_dir is not None else []
-        candidates.append(Path.cwd() / raw)
+        if Path.cwd() / raw not in candidates:
+            candidates.append(Path.cwd() / raw)
     for candidate in candidates:
         if (candidate / INFO_FILE).is_file():
             return candidate.resolve()

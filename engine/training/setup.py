@@ -76,9 +76,10 @@ def resolve_template(config: TrainConfig, model_path: str, tokenizer):
 
 def save_tokenizer_with_template(tokenizer, template, out_dir: Path) -> None:
     """Save the tokenizer with the training template as its chat template, so any runtime renders prompts alike."""
-    jinja = getattr(template, "jinja", None)
-    if jinja:
-        tokenizer.chat_template = jinja
+    if hasattr(template, "fix_tokenizer"):
+        template.fix_tokenizer(tokenizer)  # end-of-turn as eos, a pad token, the template as chat_template
+    elif getattr(template, "jinja", None):
+        tokenizer.chat_template = template.jinja
     tokenizer.save_pretrained(str(out_dir))
 
 
