@@ -49,7 +49,7 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
             on_progress(step, len(STEPS), text or STEPS[step - 1])
 
     progress(1)
-    plan, target = _plan(config)
+    plan, target, source = _plan(config)
     device, device_note = pick_device(config.export_device)
     notes = [n for n in (device_note, *plan.notes) if n]
     progress(2)
@@ -60,7 +60,7 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
 
     # Merging runs in the checkpoint's dtype on a GPU and in float32 on a CPU (16-bit math there is slow).
     model = load_model(plan.base_model, dtype="auto", device=device, trust_remote_code=config.trust_remote_code)
-    save_dtype = _save_dtype(config.infer_dtype, model)
+    save_dtype = _save_dtype(config.infer_dtype, source, model)
     checks: list[Check] = []
     prints = []
     if plan.adapters:
@@ -71,10 +71,7 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
         notes += merge_notes
     else:
         progress(4, f"nothing to merge: {plan.method} output is re-saved as it is")
-    failed = [c for c in checks if not c.passed]
-    if failed:
-        raise EngineError("The merge did not check out, so nothing was exported:\n- "
-                          + "\n- ".join(f"{c.name}: {c.detail}" for c in failed))
+    _raise_on_failures(checks, "The merge did not check out, so nothing was exported")
     staging = target.with_name(f".{target.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -88,7 +85,8 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
     return result
 
 
-def _plan(config: ExportConfig) -> tuple[ModelPlan, Path]:
+def _plan(config: ExportConfig) -> tuple[ModelPlan, Path, str]:
+    """(plan, export folder, local folder or hub id of the base), after every refusal that needs no weights."""
     problems = check_export_config(config)
     if problems:
         raise ConfigError("The export config has problems:\n- " + "\n- ".join(problems))
@@ -112,7 +110,7 @@ def _plan(config: ExportConfig) -> tuple[ModelPlan, Path]:
     if target.exists() and any(target.iterdir()) and not (target / EXPORT_RECORD).is_file():
         raise ConfigError(f"export_dir {target} already holds files that are not an earlier export. Choose an empty "
                           "or new folder (an earlier export there is replaced).")
-    return plan, target
+    return plan, target, source
 
 
 def _write(config, plan, model, tokenizer, template, staging: Path, target: Path, save_dtype, prints, checks,
@@ -126,10 +124,7 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
     progress(6)
     label = "merged" if plan.adapters else "fine-tuned"
     checks = checks + verify_export(staging, files, model, prints, shard_bytes, label)
-    failed = [c for c in checks if not c.passed]
-    if failed:
-        raise EngineError("The written export did not check out, so it was removed:\n- "
-                          + "\n- ".join(f"{c.name}: {c.detail}" for c in failed))
+    _raise_on_failures(checks, "The written export did not check out, so it was removed")
     progress(7)
     changes = save_tokenizer(tokenizer, template, staging, padding_side)
     notes += [f"tokenizer: {change}" for change in changes]
@@ -153,6 +148,12 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
     return result
 
 
+def _raise_on_failures(checks: list[Check], headline: str) -> None:
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        raise EngineError(f"{headline}:\n- " + "\n- ".join(f"{c.name}: {c.detail}" for c in failed))
+
+
 def _probe_batch(tokenizer, template, device: str) -> dict:
     """A few chat prompts, left-padded, for comparing logits before and after merging."""
     prompts = [template.encode_prompt(tokenizer, [{"role": "user", "content": text}]) for text in PROBE_PROMPTS]
@@ -163,14 +164,13 @@ def _probe_batch(tokenizer, template, device: str) -> dict:
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
 
-def _save_dtype(requested: str, model) -> torch.dtype:
-    """auto: the base checkpoint's own dtype (an export is as large as its base), else what was asked."""
+def _save_dtype(requested: str, source: str, model) -> torch.dtype:
+    """auto: the base checkpoint's own dtype as its config.json says (an export is as large as its base; the
+    loaded model's config says float32 after a CPU load), else what was asked."""
     if requested != "auto":
         return _DTYPES[requested]
-    config = model.config
-    name = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    if isinstance(name, torch.dtype):
-        return name
+    config = _read_json(Path(source).expanduser() / "config.json")
+    name = config.get("dtype") or config.get("torch_dtype") or (config.get("text_config") or {}).get("dtype")
     return _DTYPES.get(str(name), next(model.parameters()).dtype)
 
 

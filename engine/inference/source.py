@@ -184,10 +184,15 @@ def load_tokenizer_and_template(plan: ModelPlan, *, trust_remote_code: bool, pad
 
 def attach_adapter(model, adapter: str, base_model: str):
     """A PeftModel of `model` with `adapter`; a shape mismatch says which base the adapter needs."""
+    import warnings
+
     from peft import PeftModel
 
     try:
-        return PeftModel.from_pretrained(model, adapter, is_trainable=False)
+        with warnings.catch_warnings():
+            # peft asks the model a deprecated gradient-checkpointing question; nothing the user can act on.
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            return PeftModel.from_pretrained(model, adapter, is_trainable=False)
     except (RuntimeError, ValueError, KeyError, OSError) as exc:
         wanted = _read_json(Path(adapter) / "adapter_config.json").get("base_model_name_or_path") or "another model"
         raise ModelError(

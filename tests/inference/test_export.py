@@ -185,3 +185,19 @@ def test_verification_catches_an_export_of_the_original_weights(lora_run, demo_m
     checks = {c.name: c.passed for c in verify_export(tmp_path, files, merged, prints, 10**9)}
     assert checks["export files hold the merged weights"] is False
     assert checks["exported weights differ from the base where the adapter is non-zero"] is False
+
+
+def test_export_keeps_the_base_dtype(lora_run, demo_model_dir, tmp_path):
+    """A bf16 base merged on a CPU (in float32) is exported in bf16, as large as its base, not twice that."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    base = tmp_path / "bf16-base"
+    AutoModelForCausalLM.from_pretrained(demo_model_dir, dtype=torch.bfloat16).save_pretrained(base)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(demo_model_dir / name, base / name)
+    result = export_model(export_config(lora_run, base, tmp_path / "out"))
+    assert all(c.passed for c in result.checks)
+    with safe_open(str(result.export_dir / "model.safetensors"), framework="pt") as handle:
+        assert {handle.get_tensor(k).dtype for k in handle.keys()} == {torch.bfloat16}
+    assert json.loads((result.export_dir / "lfa_export.json").read_text())["dtype"] == "bfloat16"
