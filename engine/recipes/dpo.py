@@ -77,9 +77,16 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
     def encode(names: str) -> list[dict]:
         examples = load_examples(names, dataset_dir, max_samples=config.max_samples, ranking=True)
         encoded = encode_preference(examples, tokenizer, template, config.cutoff_len)
-        if getattr(encoded, "dropped", None):
+        if encoded.dropped:
             logger.note(f"{len(encoded.dropped)} pair(s) dropped: no answer token fits in cutoff_len "
                         f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
+        if encoded.truncated:
+            logger.info(f"{encoded.truncated} pair(s) cut to cutoff_len {config.cutoff_len}")
+        # Identical answers give a zero gradient and a reward margin stuck at 0: say so rather than train on them.
+        same = [pair for pair in encoded if pair["chosen_input_ids"] == pair["rejected_input_ids"]]
+        if same:
+            logger.note(f"{len(same)} pair(s) have the same chosen and rejected answer (after cutoff_len) and "
+                        "teach nothing; fix those rows or raise cutoff_len.")
         return [pair for pair in encoded if has_trained_tokens(pair)]
 
     pairs = encode(config.dataset)
@@ -116,6 +123,10 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
     reference = reference_logps_fn(model, frozen_copy, settings.pref_loss)
     if reference and frozen_copy is None:
         logger.info("reference: the base model with the LoRA adapter disabled (no second copy in memory)")
+        if config.adapter_name_or_path:
+            logger.note("adapter_name_or_path is trained further, so the DPO reference is the base WITHOUT it. "
+                        "For a reference that includes that adapter (e.g. your SFT result), merge it first "
+                        "(`lf-assistant export`) and train DPO on the merged model.")
     trainable, total = count_parameters(model)
     train_model = strategy.wrap(model, config)  # DDP / FSDP2 wrap here; `model` stays the one we save
     logger.info(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)")

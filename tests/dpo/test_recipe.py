@@ -96,6 +96,27 @@ def test_resume_continues_where_the_checkpoint_stopped(demo_model_dir, tmp_path)
     assert [r["step"] for r in train_rows(again)] == [3, 4]
 
 
+def test_identical_answers_are_reported_and_eval_pairs_are_scored(demo_model_dir, tmp_path):
+    rows = [{"instruction": f"Name colour {i}.", "chosen": f"Colour {i} is blue.", "rejected": f"Colour {i} is red."}
+            for i in range(6)]
+    rows[0]["rejected"] = rows[0]["chosen"]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "pairs.json").write_text(json.dumps(rows))
+    (data / "dataset_info.json").write_text(json.dumps({"pairs": {
+        "file_name": "pairs.json", "ranking": True,
+        "columns": {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}}}))
+    handle = engine.train(dpo_config(demo_model_dir, tmp_path, dataset="pairs", dataset_dir=str(data), val_size=2,
+                                     max_steps=2, per_device_train_batch_size=2, max_samples=None),
+                          runs_dir=tmp_path / "runs")
+    status = handle.status()
+    assert status["state"] == "completed", status
+    assert any("1 pair(s) have the same chosen and rejected answer" in note for note in status["notes"])
+    evals = [m for m in handle.metrics() if "eval_loss" in m]
+    assert len(evals) == 1 and evals[0]["step"] == 2 and math.isfinite(evals[0]["eval_loss"])
+    assert "data: 6 pairs -> 4 train / 2 eval" in (handle.path / "train.log").read_text()
+
+
 def test_sft_data_is_refused_before_anything_loads(tmp_path):
     config = engine.load_config({"stage": "dpo", "dataset": "identity", "dataset_dir": str(REPO / "data"),
                                  "output_dir": str(tmp_path / "out")})
