@@ -26,13 +26,32 @@ class SingleDevice:
         """This rank's share of the epoch's optimizer-step groups of sample indices."""
         return groups
 
+    def prepare_batch(self, batch: dict) -> dict:
+        """The part of a collated micro-batch this rank computes (sequence parallelism: a slice of the sequence)."""
+        return batch
+
     def sum_across_ranks(self, value: float) -> float:
         return value
+
+    def any_rank(self, flag: bool) -> bool:
+        """True everywhere when true on any rank (a stop request must end the same step on every rank)."""
+        return flag
 
     def loss_denominator(self, step_tokens: int) -> float:
         """What a micro-batch's summed token loss is divided by, so the step's gradient is per trained token
         over the whole (global) step, whatever averaging the backend does afterwards."""
         return max(step_tokens, 1)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def wrap_optimizer(self, optimizer):
+        """The optimizer the loop steps (DeepSpeed wraps it in its engine)."""
+        return optimizer
+
+    def checkpoint_optimizer(self, optimizer):
+        """What checkpoint files save and load as the optimizer state (FSDP2: the gathered full state)."""
+        return optimizer
 
     def clip_grad_norm(self, params, max_norm: float) -> torch.Tensor:
         return torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
@@ -40,6 +59,11 @@ class SingleDevice:
     def save_model(self, save_fn, folder: Path) -> None:
         """Write the model (rank 0 only in multi-process strategies, after gathering shards)."""
         save_fn(folder)
+
+    def save_checkpoint(self, write, save_fn, optimizer) -> Path | None:
+        """Run ``write(save_fn, optimizer)`` (engine.training.checkpoint.save_checkpoint) where and with what the
+        strategy needs: on rank 0 only, with gathered weights and optimizer state when they are sharded."""
+        return write(save_fn, optimizer)
 
     def barrier(self) -> None:
         pass
