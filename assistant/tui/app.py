@@ -26,9 +26,9 @@ DetectDevices = Callable[[], Any]
 
 
 def _default_detector() -> Any:
-    from engine.devices import detect_devices
+    from assistant.wizard.stages.gpu import detect_in_subprocess
 
-    return detect_devices()
+    return detect_in_subprocess()
 
 
 class WizardApp(App):

@@ -31,6 +31,7 @@ class ParamInfo:
     help: str
     section: str
     choices: tuple | None
+    is_bool: bool = False
 
 
 def params() -> dict[str, ParamInfo]:
@@ -41,8 +42,10 @@ def params() -> dict[str, ParamInfo]:
     for f in dataclasses.fields(TrainConfig):
         if f.metadata.get("internal"):
             continue
-        out[f.name] = ParamInfo(f.name, f.metadata.get("help", ""), f.metadata.get("section", "train"),
-                                f.metadata.get("choices"))
+        is_bool = str(f.type) in ("bool", "<class 'bool'>")
+        choices = f.metadata.get("choices") or ((True, False) if is_bool else None)
+        out[f.name] = ParamInfo(f.name, f.metadata.get("help", ""), f.metadata.get("section", "train"), choices,
+                                is_bool)
     return out
 
 

@@ -150,7 +150,19 @@ def check_custom(path_text: str) -> tuple[Path | None, Any, list[str]]:
         report = check_file(path)
     except EngineError as exc:
         return path, None, [str(exc)]
-    return path, report, [str(p) for p in report.problems]
+    return path, report, [describe_problem(p) for p in report.problems]
+
+
+def describe_problem(problem: Any) -> str:
+    """`row 7 (line 41) output: ...` — where, which field, what to do."""
+    where = []
+    if problem.row is not None:
+        where.append(t("data.row", row=problem.row) + (f" ({t('data.line', line=problem.line)})" if problem.line else ""))
+    if problem.field:
+        where.append(problem.field)
+    prefix = " ".join(where)
+    level = "" if problem.level == "error" else t("data.warning") + " "
+    return f"{level}{prefix}: {problem.message}" if prefix else f"{level}{problem.message}"
 
 
 def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool) -> Outcome:
@@ -173,9 +185,10 @@ def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, c
         elif target.resolve() != source.resolve():
             shutil.copyfile(source, target)
         report = check_file(target)
-        entry = dict(getattr(report, "spec", None) or {"file_name": target.name})
-        entry["file_name"] = target.name
-        register_dataset(dataset_dir, name, entry)
+        if not report.ok:
+            return refused(*[describe_problem(p) for p in report.errors[:10]])
+        entry = report.suggested_entry() or {"file_name": target.name}
+        register_dataset(dataset_dir, name, dict(entry, file_name=target.name))
     except EngineError as exc:
         return refused(str(exc))
     record = {"source": str(source), "name": name, "file": str(target), "converted": convert}

@@ -55,8 +55,8 @@ def export_config(state: WizardState, train_config: dict, export_dir: str, skill
     from engine.export import make_export_config
 
     on_gpu = bool(state.device) and state.device.get("platform") != "cpu"
-    return dict(make_export_config(method=state.method or "lora", base_model=train_config["model_name_or_path"],
-                                   output_dir=state.output_dir or train_config["output_dir"],
+    return dict(make_export_config(state.output_dir or train_config["output_dir"], method=state.method or "lora",
+                                   base_model=train_config["model_name_or_path"],
                                    template=train_config["template"], export_dir=export_dir,
                                    export_size=skill.stage(STAGE).settings.get("export_size", 5),
                                    export_device="auto" if on_gpu else "cpu",
@@ -74,6 +74,13 @@ def check_export(state: WizardState, config: dict, template: str, train_config: 
         problems.append(t("validate.template_mismatch", infer=config.get("template"), train=template))
     if merges(state.method) != bool(config.get("adapter_name_or_path")):
         problems.append(t("validate.adapter_mismatch", method=state.method))
+    from engine.errors import EngineError
+    from engine.export import check_export_config, load_export_config
+
+    try:
+        problems += check_export_config(load_export_config(config))
+    except EngineError as exc:
+        problems.append(str(exc))
     return problems
 
 

@@ -20,6 +20,28 @@ DEVICE_FILE = "device.json"
 Situation = Literal["none", "one_free", "several_free", "all_busy"]
 
 
+DETECT_CODE = ("import json; from engine.devices import detect_devices; "
+               "print(json.dumps(detect_devices().to_dict()))")
+
+
+def detect_in_subprocess(timeout_s: float = 60.0) -> Any:
+    """engine.devices.detect_devices in a child process: its last resort imports torch, which the TUI must not."""
+    import json
+    import subprocess
+    import sys
+
+    from engine.devices import GPU, DeviceReport
+    from engine.errors import DeviceError
+
+    result = subprocess.run([sys.executable, "-c", DETECT_CODE], capture_output=True, text=True,
+                            timeout=timeout_s, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise DeviceError(t("gpu.detect_failed", error=(result.stderr.strip().splitlines() or ["?"])[-1]))
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    gpus = [GPU(**{k: v for k, v in gpu.items() if k != "free"}) for gpu in data.get("gpus", [])]
+    return DeviceReport(data["platform"], gpus, data.get("tool", "?"), data.get("notes", []))
+
+
 def free_indices(report: Any) -> list[int]:
     return [gpu.index for gpu in report.gpus if gpu.free]
 
@@ -39,7 +61,8 @@ def describe_gpu(gpu: Any) -> str:
     used, total = gpu.memory_used_mib / 1024, gpu.memory_total_mib / 1024
     who = ", ".join(str(p) for p in (gpu.processes or [])[:2])
     state = t("gpu.free") if gpu.free else t("gpu.busy")
-    line = f"GPU {gpu.index} {gpu.name}: {used:.1f}/{total:.0f} GiB, {gpu.utilization_pct:.0f}% — {state}"
+    util = "?" if gpu.utilization_pct is None else f"{gpu.utilization_pct:.0f}"
+    line = f"GPU {gpu.index} {gpu.name}: {used:.1f}/{total:.0f} GiB, {util}% — {state}"
     return f"{line} ({who})" if who and not gpu.free else line
 
 

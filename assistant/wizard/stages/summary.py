@@ -50,5 +50,5 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
         runtime_s=status.get("runtime_s", status.get("elapsed_s")),
         validation=validation,
         export_dir=display_path(state.export_dir) if state.exported and state.export_dir else None,
-        chat_command=chat_command(run.path) if has_infer else None,
+        chat_command=chat_command(run.path, state.device) if has_infer else None,
     )

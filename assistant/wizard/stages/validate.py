@@ -32,7 +32,7 @@ def infer_config(state: WizardState, train_config: dict) -> dict:
 
     base = train_config["model_name_or_path"]
     output_dir = state.output_dir or train_config["output_dir"]
-    return dict(make_infer_config(method=state.method or "lora", base_model=base, output_dir=output_dir,
+    return dict(make_infer_config(output_dir, method=state.method or "lora", base_model=base,
                                   template=train_config["template"],
                                   trust_remote_code=bool(train_config.get("trust_remote_code"))))
 
@@ -45,11 +45,21 @@ def check_infer_config(state: WizardState, config: dict, template: str) -> list[
         problems.append(t("validate.adapter_mismatch", method=state.method))
     if config.get("template") != template:
         problems.append(t("validate.template_mismatch", infer=config.get("template"), train=template))
+    from engine.errors import EngineError
+    from engine.inference import check_infer_config, load_infer_config
+
+    try:
+        problems += check_infer_config(load_infer_config(config))
+    except EngineError as exc:
+        problems.append(str(exc))
     return problems
 
 
-def chat_command(run_folder: Path) -> str:
-    return f"lf-assistant chat {display_path(Path(run_folder) / INFER_FILE)}"
+def chat_command(run_folder: Path, device: dict | None = None) -> str:
+    """The interactive chat, pinned to the run's device like everything else."""
+    from assistant.wizard.stages.gpu import env_prefix
+
+    return f"{env_prefix(device)}lf-assistant chat {display_path(Path(run_folder) / INFER_FILE)}"
 
 
 def set_prompts(state: WizardState, text: str) -> Outcome:
@@ -66,11 +76,27 @@ def write_prompts(run_folder: Path, prompts: list[str]) -> Path:
     return path
 
 
-def validate_command(run_folder: Path) -> list[str]:
+def max_new_tokens(state: WizardState, settings: dict) -> int:
+    key = "demo_max_new_tokens" if state.family == "demo" else "max_new_tokens"
+    return int(settings.get(key) or settings.get("max_new_tokens") or 256)
+
+
+def validate_command(run_folder: Path, max_tokens: int | None = None) -> list[str]:
     """Batch inference as its own process (torch stays out of the TUI), base and tuned answers side by side."""
     folder = Path(run_folder)
-    return [sys.executable, "-m", "engine.inference.validate", "--infer", str(folder / INFER_FILE),
-            "--prompts", str(folder / PROMPTS_FILE), "--out", str(folder / ANSWERS_FILE), "--base"]
+    command = [sys.executable, "-m", "engine.inference.validate", "--infer", str(folder / INFER_FILE),
+               "--prompts", str(folder / PROMPTS_FILE), "--out", str(folder / ANSWERS_FILE), "--base"]
+    return command + ([f"max_new_tokens={max_tokens}"] if max_tokens else [])
+
+
+def batch_command_text(state: WizardState, run_folder: Path, max_tokens: int) -> str:
+    """The validation as the user types it elsewhere: device pinning, then `lf-assistant chat --prompts`."""
+    from assistant.wizard.stages.gpu import env_prefix
+
+    folder = Path(run_folder)
+    return (f"{env_prefix(state.device)}lf-assistant chat {display_path(folder / INFER_FILE)} "
+            f"max_new_tokens={max_tokens} --prompts {display_path(folder / PROMPTS_FILE)} "
+            f"--out {display_path(folder / ANSWERS_FILE)} --base")
 
 
 def parse_progress(line: str) -> tuple[int, int] | None:

@@ -1,0 +1,256 @@
+"""Stage 1: registered datasets (multi-select, rows and format shown, a preview with the trained part highlighted)
+or the user's own files (checked, optionally converted, copied in, registered); templated datasets are filled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, Checkbox, Input, Label, RadioSet, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
+from assistant.i18n import t
+from assistant.tui.messages import DatasetsListed, FileChecked, PlaceholdersFound, PreviewLoaded, RowsCounted
+from assistant.tui.screens.base import COMMON_KEYS, StageScreen
+from assistant.tui.widgets.dialogs import AskValues
+from assistant.tui.widgets.question import QuestionSet
+from assistant.wizard.stages import data
+
+PREVIEW_CHARS = 160
+
+
+def preview_markup(examples: list[dict]) -> str:
+    """Prompts dim, answers (what training learns) in green."""
+    lines = []
+    for number, example in enumerate(examples, start=1):
+        lines.append(f"[b]#{number}[/b]")
+        for message in example.get("messages", []):
+            text = escape(str(message.get("content", "")).replace("\n", " ")[:PREVIEW_CHARS])
+            if message.get("role") in ("assistant", "function_call"):
+                lines.append(f"  [green]{t('data.trained')}: {text}[/green]")
+            else:
+                lines.append(f"  [dim]{message.get('role')}: {text}[/dim]")
+    return "\n".join(lines)
+
+
+class DataScreen(StageScreen):
+    STAGE = "data"
+    KEYS = [("Space", "key.select"), *COMMON_KEYS]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder: Path | None = None
+        self.listing: list[data.DatasetRow] = []
+        self.counts: dict[str, tuple[int, float]] = {}
+        self.checked: FileChecked | None = None
+        self.pending_fill: list[tuple[str, list[str]]] = []
+
+    def compose_body(self) -> ComposeResult:
+        question = self.stage.question("data_source")
+        yield QuestionSet(question, self.state.data_source)
+        with Horizontal(classes="row"):
+            yield Input(value=self.state.dataset_dir or self.stage.settings.get("dataset_dir", "data"),
+                        id="dataset-dir", placeholder="data")
+            yield Button(t("data.open_dir"), id="open-dir")
+        with Vertical(id="builtin"):
+            yield Label(t("data.pick"), classes="hint")
+            yield SelectionList(id="datasets")
+            yield Static("", id="preview")
+        with Vertical(id="custom"):
+            yield Label(t("data.custom_hint"), classes="hint")
+            with Horizontal(classes="row"):
+                yield Input(placeholder="/path/to/my_data.jsonl", id="custom-path")
+                yield Button(t("data.check"), id="check")
+            yield Static("", id="check-result")
+            with Horizontal(classes="row", id="onboard-row"):
+                yield Input(placeholder=t("data.name_placeholder"), id="custom-name")
+                yield Checkbox(t("data.convert"), id="convert")
+                yield Button(t("data.add"), id="add")
+        yield Button(t("button.continue"), id="continue", variant="primary")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#onboard-row").display = False
+        self._show_source(self.query_one(QuestionSet).value)
+        self.list_folder(self.query_one("#dataset-dir", Input).value)
+
+    # --------------------------------------------------------------- listing and preview
+    @work(thread=True, exclusive=True, group="list")
+    def list_folder(self, text: str) -> None:
+        outcome = data.find_dir(text)
+        if not outcome.notes:
+            self.post_message(DatasetsListed(None, [], error="\n".join(outcome.problems)))
+            return
+        folder = Path(outcome.notes[0])
+        try:
+            rows = data.list_datasets(folder)
+        except Exception as exc:  # noqa: BLE001 - a broken dataset_info.json is shown, not raised
+            self.post_message(DatasetsListed(folder, [], error=str(exc)))
+            return
+        counts, errors = {}, {}
+        for row in rows:
+            if row.available:
+                try:
+                    counts[row.name] = data.count_rows(folder, row.name)
+                except Exception as exc:  # noqa: BLE001
+                    errors[row.name] = str(exc)
+        self.post_message(DatasetsListed(folder, rows))
+        self.post_message(RowsCounted(counts, errors))
+
+    def on_datasets_listed(self, message: DatasetsListed) -> None:
+        if message.folder is None:
+            self.say([message.error or ""])
+            return
+        self.folder, self.listing = message.folder, message.rows
+        self.say(notes=[message.error] if message.error else [], info=[t("data.folder", path=str(message.folder))])
+        self._fill_list()
+
+    def on_rows_counted(self, message: RowsCounted) -> None:
+        self.counts = message.counts
+        if message.errors:
+            self.say(notes=[f"{name}: {error}" for name, error in message.errors.items()])
+        self._fill_list()
+
+    def _fill_list(self) -> None:
+        widget = self.query_one("#datasets", SelectionList)
+        keep = set(widget.selected) or set(self.state.datasets)
+        highlighted = widget.highlighted
+        widget.clear_options()
+        for row in self.listing:
+            size = t("data.rows", rows=self.counts[row.name][0]) if row.name in self.counts else ""
+            label = f"{row.name}  {size} · {row.formatting}" + (f" · {row.note}" if row.note else "")
+            widget.add_option(Selection(label, row.name, row.name in keep and row.available, disabled=not row.available))
+        if self.listing:
+            widget.highlighted = min(highlighted or 0, len(self.listing) - 1)
+
+    @on(SelectionList.SelectionHighlighted, "#datasets")
+    def _highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
+        if self.folder is not None:
+            self.load_preview(self.folder, event.selection.value)
+
+    @work(thread=True, exclusive=True, group="preview")
+    def load_preview(self, folder: Path, name: str) -> None:
+        limit = int(self.stage.settings.get("preview_rows", 3))
+        try:
+            self.post_message(PreviewLoaded(name, data.preview(folder, name, limit)))
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(PreviewLoaded(name, [], error=str(exc)))
+
+    def on_preview_loaded(self, message: PreviewLoaded) -> None:
+        body = escape(message.error) if message.error else preview_markup(message.examples)
+        self.query_one("#preview", Static).update(f"[b]{t('data.preview', name=message.name)}[/b]\n{body}")
+
+    # --------------------------------------------------------------- source, folder, custom files
+    @on(RadioSet.Changed)
+    def _source_changed(self, event: RadioSet.Changed) -> None:
+        self._show_source(self.query_one(QuestionSet).value)
+
+    def _show_source(self, source: str) -> None:
+        self.query_one("#builtin").display = source == "builtin"
+        self.query_one("#custom").display = source == "custom"
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        actions = {"open-dir": lambda: self.list_folder(self.query_one("#dataset-dir", Input).value),
+                   "check": self._check, "add": self._add, "continue": self.submit}
+        if event.button.id in actions:
+            actions[event.button.id]()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "dataset-dir":
+            self.list_folder(event.value)
+        elif event.input.id == "custom-path":
+            self._check()
+        elif event.input.id == "custom-name":
+            self._add()
+
+    def _check(self) -> None:
+        self.query_one("#check-result", Static).update(t("data.checking"))
+        self.check_file(self.query_one("#custom-path", Input).value)
+
+    @work(thread=True, exclusive=True, group="check")
+    def check_file(self, text: str) -> None:
+        path, report, problems = data.check_custom(text)
+        self.post_message(FileChecked(path, report, problems))
+
+    def on_file_checked(self, message: FileChecked) -> None:
+        self.checked = message
+        lines = [f"[red]{escape(p)}[/red]" for p in message.problems[:12]]
+        if len(message.problems) > 12:
+            lines.append(t("data.more_problems", count=len(message.problems) - 12))
+        report = message.report
+        if report is not None:
+            lines.insert(0, t("data.checked", rows=report.rows, format=report.format,
+                              errors=len(report.errors), warnings=len(report.warnings)))
+        self.query_one("#check-result", Static).update("\n".join(lines))
+        usable = message.path is not None and report is not None and report.format != "unknown"
+        self.query_one("#onboard-row").display = usable
+        if usable:
+            self.query_one("#custom-name", Input).value = message.path.stem.replace(",", "_")
+            self.query_one("#convert", Checkbox).value = not report.ok
+
+    def _add(self) -> None:
+        if self.checked is None or self.checked.path is None or self.folder is None:
+            self.say([t("data.check_first")])
+            return
+        outcome = data.onboard(self.state, self.folder, self.checked.path, self.query_one("#custom-name", Input).value,
+                               convert=self.query_one("#convert", Checkbox).value)
+        if not outcome.ok:
+            self.say(outcome.problems)
+            return
+        name = outcome.state.onboarded[-1]["name"]
+        self.wizard.commit(outcome.state.replace(datasets=[*self.state.datasets, name]))
+        self.say(info=[t("data.added", name=name, folder=str(self.folder))])
+        self.list_folder(str(self.folder))
+
+    # --------------------------------------------------------------- continue: choose, then fill templates
+    def submit(self) -> None:
+        if self.folder is None:
+            self.say([t("data.no_folder")])
+            return
+        names = list(self.query_one("#datasets", SelectionList).selected)
+        outcome = data.choose(self.state, self.folder, names, self.listing, self.counts)
+        if not outcome.ok:
+            self.say(outcome.problems)
+            return
+        self.wizard.commit(outcome.state.replace(data_source=self.query_one(QuestionSet).value))
+        self.find_placeholders(self.folder, names)
+
+    @work(thread=True, exclusive=True, group="placeholders")
+    def find_placeholders(self, folder: Path, names: list[str]) -> None:
+        found = {}
+        for name in names:
+            try:
+                found[name] = data.placeholders(folder, name)
+            except Exception:  # noqa: BLE001 - a file the check accepted but placeholders cannot read: none
+                found[name] = []
+        self.post_message(PlaceholdersFound({k: v for k, v in found.items() if v}))
+
+    def on_placeholders_found(self, message: PlaceholdersFound) -> None:
+        self.pending_fill = list(message.found.items())
+        self._ask_next_fill()
+
+    def _ask_next_fill(self) -> None:
+        if not self.pending_fill:
+            self.wizard.advance(self.STAGE, self.state)
+            return
+        name, variables = self.pending_fill[0]
+        title = t("data.fill_title", name=name, suffix=self.stage.settings.get("filled_suffix", "_custom"))
+        self.app.push_screen(AskValues(title, variables), callback=self._filled)
+
+    def _filled(self, values: dict | None) -> None:
+        name, _variables = self.pending_fill.pop(0)
+        if values is None:
+            self.say(notes=[t("data.fill_skipped", name=name)])
+            self._ask_next_fill()
+            return
+        suffix = self.stage.settings.get("filled_suffix", "_custom")
+        outcome = data.fill_template(self.state, self.folder, name, values, suffix)
+        if not outcome.ok:
+            self.pending_fill.insert(0, (name, _variables))
+            self.say(outcome.problems)
+            return
+        self.wizard.commit(outcome.state)
+        self._ask_next_fill()

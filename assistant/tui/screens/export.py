@@ -1,0 +1,152 @@
+"""Stage 7: export — merge (LoRA/QLoRA) or re-save (Full/Freeze), into a folder the user names; export.yaml shown
+as a table and confirmed before it is written; never into a quantized base."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Button, Input, Label, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from assistant.i18n import t
+from assistant.tui.messages import ProcessFinished, ProcessProgressed
+from assistant.tui.process import stream
+from assistant.tui.screens.base import StageScreen
+from assistant.tui.widgets.dialogs import ConfirmTable
+from assistant.wizard.stages import export
+from assistant.wizard.stages.gpu import device_env, env_prefix
+from assistant.wizard.stages.train import display_path
+
+
+class ExportScreen(StageScreen):
+    STAGE = "export"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_config: dict = {}
+        self.config: dict | None = None
+
+    def compose_body(self) -> ComposeResult:
+        merges = export.merges(self.state.method)
+        yield Static(t("export.meaning_merge" if merges else "export.meaning_full"), id="meaning")
+        yield Label(t("export.folder"), classes="question")
+        with Horizontal(classes="row"):
+            yield Input(id="export-dir")
+            yield Button(t("export.review"), id="review", variant="primary")
+        yield Button(t("export.run"), id="run", variant="warning")
+        yield ProgressBar(id="progress", show_eta=False)
+        yield Static("", id="export-result")
+        yield Button(t("button.continue"), id="continue", variant="primary")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        from engine.config import read_yaml
+        from engine.errors import EngineError
+
+        for widget in ("#run", "#progress", "#continue"):
+            self.query_one(widget).display = False
+        try:
+            self.train_config = read_yaml(self.wizard.run_folder / "sft.yaml")
+        except EngineError as exc:
+            self.say([str(exc)])
+            return
+        field = self.query_one("#export-dir", Input)
+        field.value = display_path(self.state.export_dir or export.default_dir(self.state, self.wizard.skill,
+                                                                                  self.train_config))
+        field.focus()
+        quantized = export.quantized_base_problem(self.state, self.train_config)
+        if quantized:
+            self.say([quantized])
+        if self.state.exported:
+            self._done(self.state.export_dir)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._review()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        actions = {"review": self._review, "run": self._run, "continue": self.submit}
+        if event.button.id in actions:
+            actions[event.button.id]()
+
+    def _review(self) -> None:
+        outcome = export.set_export_dir(self.state, self.query_one("#export-dir", Input).value)
+        if not outcome.ok:
+            self.say(outcome.problems)
+            return
+        self.wizard.commit(outcome.state)
+        self.config = export.export_config(self.state, self.train_config, self.state.export_dir, self.wizard.skill)
+        problems = export.check_export(self.state, self.config, self.train_config.get("template"), self.train_config)
+        if problems:
+            self.say(problems)
+            return
+        self.app.push_screen(ConfirmTable(t("export.confirm_title"), list(self.config.items())),
+                             callback=self._confirmed)
+
+    def _confirmed(self, yes: bool) -> None:
+        if not yes:
+            self.say(info=[t("export.not_written")])
+            return
+        from engine.config import dump_yaml
+
+        dump_yaml(self.config, self.wizard.run_folder / export.EXPORT_FILE)
+        self.wizard.commit(self.state.replace(export_config=self.config))
+        if self.state.execution != "run_here":
+            command = f"{env_prefix(self.state.device)}lf-assistant export " \
+                      f"{display_path(self.wizard.run_folder / export.EXPORT_FILE)}"
+            self.query_one("#export-result", Static).update(t("export.command", command=escape(command)))
+            self.query_one("#continue").display = True
+            return
+        self.query_one("#run").display = True
+        self.query_one("#run", Button).focus()
+        self.say(info=[t("export.written")])
+
+    def _run(self) -> None:
+        self.query_one("#run", Button).disabled = True
+        self.query_one("#progress").display = True
+        self.say(info=[t("export.running")])
+        self.run_export()
+
+    @work(thread=True, exclusive=True, group="export")
+    def run_export(self) -> None:
+        worker = get_current_worker()
+        result: dict = {}
+
+        def on_line(line: str) -> None:
+            parsed = export.parse_line(line)
+            if parsed and parsed[0] == "progress":
+                self.post_message(ProcessProgressed(*parsed[1], line=line))
+            elif parsed:
+                result["dir"] = parsed[1]
+
+        code, lines = stream(export.export_command(self.wizard.run_folder), device_env(self.state.device), on_line,
+                             log_path=self.wizard.run_folder / "export.log", should_stop=lambda: worker.is_cancelled)
+        self.post_message(ProcessFinished(code, lines, result.get("dir")))
+
+    def on_process_progressed(self, message: ProcessProgressed) -> None:
+        self.query_one("#progress", ProgressBar).update(total=message.total, progress=message.done)
+
+    def on_process_finished(self, message: ProcessFinished) -> None:
+        self.query_one("#run", Button).disabled = False
+        if message.returncode != 0 or not message.result:
+            errors = [line for line in message.lines if line.startswith("error")] or message.lines[-3:]
+            self.say(errors or [t("export.failed")])
+            return
+        self.wizard.commit(self.state.replace(exported=True, export_dir=message.result))
+        checks = [line for line in message.lines if line.startswith(("check", "note"))]
+        self.say(info=checks)
+        self._done(message.result)
+
+    def _done(self, folder: str | None) -> None:
+        self.query_one("#export-result", Static).update(t("export.done", path=escape(display_path(folder or "-"))))
+        self.query_one("#run").display = False
+        self.query_one("#continue").display = True
+        self.query_one("#continue", Button).focus()
+
+    def submit(self) -> None:
+        written = (self.wizard.run_folder / export.EXPORT_FILE).is_file()
+        if not written or (self.state.execution == "run_here" and not self.state.exported):
+            self.say([t("export.not_done")])
+            return
+        self.wizard.advance(self.STAGE, self.state)

@@ -1,0 +1,153 @@
+"""The runs review: the list of runs; one run's config, diff, loss chart, answers and export; two runs compared."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Label, Static
+
+from assistant.i18n import t
+from assistant.tui.widgets.chart import LossChart
+from assistant.tui.widgets.dialogs import fill_table, fmt_value
+from assistant.tui.widgets.keyhelp import KeyHelp
+from assistant.wizard import review
+
+
+class RunsScreen(Screen):
+    """Every run, newest first. Enter opens one; Space marks up to two; c compares the marked pair."""
+
+    BINDINGS = [Binding("space", "mark", show=False), Binding("c", "compare", show=False),
+                Binding("escape", "close", show=False), Binding("q", "close", show=False)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[review.RunRow] = []
+        self.marked: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Label(t("review.title"), id="stage-title")
+        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="review-note", classes="hint")
+        yield KeyHelp([("Enter", "key.open"), ("Space", "key.mark"), ("c", "key.compare"), ("Esc", "key.back")])
+
+    def on_mount(self) -> None:
+        self.rows = review.list_runs(self.app.runs_dir)
+        self._fill()
+        self.query_one(DataTable).focus()
+        if not self.rows:
+            self.query_one("#review-note", Static).update(t("review.empty"))
+
+    def _fill(self) -> None:
+        cells = [[("* " if r.run_id in self.marked else "") + r.run_id, r.model, r.method, r.state, r.steps,
+                  r.final_loss, r.date] for r in self.rows]
+        columns = ["run id", t("review.model"), t("review.method"), t("review.state"), t("review.steps"),
+                   t("review.loss"), t("review.date")]
+        fill_table(self.query_one(DataTable), columns, cells, keys=[r.run_id for r in self.rows])
+
+    def _current(self) -> review.RunRow | None:
+        table = self.query_one(DataTable)
+        if not self.rows:
+            return None
+        return self.rows[min(table.cursor_row, len(self.rows) - 1)]
+
+    @on(DataTable.RowSelected)
+    def _open(self, event: DataTable.RowSelected) -> None:
+        row = next(r for r in self.rows if r.run_id == event.row_key.value)
+        self.app.push_screen(RunScreen(row))
+
+    def action_mark(self) -> None:
+        row = self._current()
+        if row is None:
+            return
+        if row.run_id in self.marked:
+            self.marked.remove(row.run_id)
+        else:
+            self.marked = (self.marked + [row.run_id])[-2:]
+        cursor = self.query_one(DataTable).cursor_row
+        self._fill()
+        self.query_one(DataTable).move_cursor(row=cursor)
+        self.query_one("#review-note", Static).update(t("review.marked", runs=", ".join(self.marked) or "-"))
+
+    def action_compare(self) -> None:
+        if len(self.marked) != 2:
+            self.query_one("#review-note", Static).update(t("review.mark_two"))
+            return
+        by_id = {r.run_id: r for r in self.rows}
+        self.app.push_screen(CompareScreen(by_id[self.marked[0]], by_id[self.marked[1]]))
+
+    def action_close(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.exit()
+
+
+class RunScreen(Screen):
+    """One run: its config, the diff vs. the example, the loss curve, validation answers, export folder."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", show=False), Binding("q", "app.pop_screen", show=False)]
+
+    def __init__(self, row: review.RunRow) -> None:
+        super().__init__()
+        self.row = row
+
+    def compose(self) -> ComposeResult:
+        yield Label(self.row.run_id, id="stage-title")
+        with VerticalScroll():
+            yield Static("", id="run-facts")
+            yield LossChart(id="chart")
+            yield Label(t("config.diff_title"), classes="section")
+            yield DataTable(id="diff", zebra_stripes=True)
+            yield Label(t("review.config"), classes="section")
+            yield DataTable(id="config", zebra_stripes=True)
+            yield Label(t("review.answers"), classes="section")
+            yield Static("", id="answers")
+        yield KeyHelp([("↑↓", "key.scroll"), ("Esc", "key.back")])
+
+    def on_mount(self) -> None:
+        record = review.load_record(self.row.path)
+        status = record.status
+        facts = [t("review.facts", state=status.get("state", "-"), steps=self.row.steps, loss=self.row.final_loss),
+                 t("loss.plot", path=record.loss_plot) if record.loss_plot else "",
+                 t("summary.export") + " " + record.export_dir if record.export_dir else ""]
+        self.query_one("#run-facts", Static).update(escape("\n".join(f for f in facts if f)))
+        self.query_one("#chart", LossChart).set_series({"loss": record.losses})
+        fill_table(self.query_one("#diff", DataTable),
+                   [t("col.parameter"), t("col.default"), t("col.new"), t("col.reason")],
+                   [[d["parameter"], fmt_value(d["default"], d["parameter"]), fmt_value(d["new"], d["parameter"]),
+                     d["reason"]] for d in record.diff] or [[t("config.no_diff"), "", "", ""]])
+        fill_table(self.query_one("#config", DataTable), [t("col.parameter"), t("col.value")],
+                   [[k, fmt_value(v, k)] for k, v in record.config.items()])
+        answers = [f"[b]{escape(a.get('prompt', ''))}[/b]\n  {t('validate.base')}: {escape(str(a.get('base', '')))}"
+                   f"\n  {t('validate.tuned')}: {escape(str(a.get('tuned', '')))}" for a in record.answers]
+        self.query_one("#answers", Static).update("\n".join(answers) or t("review.no_answers"))
+
+
+class CompareScreen(Screen):
+    """Two runs: the config keys that differ, and both loss curves on one chart."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", show=False), Binding("q", "app.pop_screen", show=False)]
+
+    def __init__(self, first: review.RunRow, second: review.RunRow) -> None:
+        super().__init__()
+        self.first, self.second = first, second
+
+    def compose(self) -> ComposeResult:
+        yield Label(t("review.compare_title"), id="stage-title")
+        with VerticalScroll():
+            yield LossChart(id="chart")
+            yield DataTable(id="difference", zebra_stripes=True)
+        yield KeyHelp([("↑↓", "key.scroll"), ("Esc", "key.back")])
+
+    def on_mount(self) -> None:
+        first, second = review.load_record(self.first.path), review.load_record(self.second.path)
+        self.query_one("#chart", LossChart).set_series({"A " + first.run_id[:18]: first.losses,
+                                                        "B " + second.run_id[:18]: second.losses})
+        rows = [[key, fmt_value(a, key), fmt_value(b, key)]
+                for key, a, b in review.config_difference(first.config, second.config)]
+        fill_table(self.query_one("#difference", DataTable), [t("col.parameter"), "A", "B"],
+                   rows or [[t("review.same_config"), "", ""]])

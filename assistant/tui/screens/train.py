@@ -1,0 +1,268 @@
+"""Stage 4: confirm the config table, write sft.yaml, launch detached, then watch: progress, loss, learning rate,
+tokens/s, elapsed and ETA, a live loss chart, the log tail, and health hints. Done only when status says so."""
+
+from __future__ import annotations
+
+import time
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Button, Log, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from assistant.i18n import t
+from assistant.tui.messages import RunPolled, RunStarted
+from assistant.tui.screens.base import StageScreen
+from assistant.tui.widgets.chart import LossChart
+from assistant.tui.widgets.dialogs import ConfirmDialog, ConfirmTable
+from assistant.wizard import build
+from assistant.wizard.stages import train
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class TrainScreen(StageScreen):
+    STAGE = "train"
+    KEYS = [("s", "key.stop"), ("r", "key.resume"), ("^N", "key.next"), ("^Q", "key.quit")]
+    BINDINGS = [Binding("s", "stop", show=False), Binding("r", "resume", show=False)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.built: build.BuiltConfig | None = None
+        self.process = None
+        self.metrics: list[dict] = []
+        self.status: dict = {}
+        self.last_metric_at: float | None = None
+        self.watching = False
+        self.chart_drawn = False
+
+    def compose_body(self) -> ComposeResult:
+        with Vertical(id="prelaunch"):
+            yield Static("", id="launch-info")
+            yield Button(t("train.review"), id="review", variant="primary")
+        with Vertical(id="live"):
+            yield Static("", id="run-state")
+            yield ProgressBar(id="progress", show_eta=False)
+            yield Static("", id="numbers")
+            yield LossChart(id="chart")
+            yield Static("", id="hints")
+            yield Log(id="log", max_lines=self.stage.settings.get("log_lines", 200))
+        yield Static("", id="command")
+        yield Button(t("button.continue"), id="continue", variant="primary")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#continue").display = False
+        if self.state.launched or self.wizard.resume_action in ("reattach", "offer_resume"):
+            self._enter_live()
+            return
+        self.query_one("#live").display = False
+        self._prepare()
+
+    # --------------------------------------------------------------- before launch
+    def _prepare(self) -> None:
+        from engine.errors import EngineError
+
+        ready = train.ready_to_write(self.state)
+        try:
+            self.built = build.build_train_config(self.state, self.wizard.skill)
+        except EngineError as exc:
+            self.say([str(exc)])
+            return
+        mode = t("train.mode_here") if self.state.execution == "run_here" else t("train.mode_write")
+        info = [t("train.will_write", path=train.display_path(self.wizard.run_folder / "sft.yaml")), mode]
+        self.query_one("#launch-info", Static).update(escape("\n".join(info)))
+        if not ready.ok:
+            self.say(ready.problems)
+            return
+        self.query_one("#review", Button).focus()
+        self._ask_confirm()
+
+    def _ask_confirm(self) -> None:
+        rows = list(self.built.config.items())
+        self.app.push_screen(ConfirmTable(t("train.confirm_title"), rows, t("train.confirm_note")),
+                             callback=self._confirmed)
+
+    def _confirmed(self, yes: bool) -> None:
+        if not yes:
+            self.say(info=[t("train.not_written")])
+            return
+        self.say(info=[t("train.writing")])
+        self.start(self.built.config, self.state.execution == "run_here")
+
+    @work(thread=True, exclusive=True, group="launch")
+    def start(self, config: dict, launch: bool) -> None:
+        try:
+            run = train.write_config(self.state, config, self.wizard.runs_dir)
+            process = train.launch(self.state, run) if launch else None
+        except Exception as exc:  # noqa: BLE001 - shown to the user; nothing was launched
+            self.post_message(RunStarted(None, None, error=str(exc)))
+            return
+        self.post_message(RunStarted(run, process))
+
+    def on_run_started(self, message: RunStarted) -> None:
+        if message.error:
+            self.say([message.error])
+            return
+        self.process = message.process
+        output_dir = self.built.config.get("output_dir") if self.built else None
+        if message.process is None:  # write_only: show the command, the stage is done
+            command = train.launch_command(self.state, self.wizard.run_folder)
+            self.wizard.commit(self.state.replace(output_dir=output_dir))
+            self.query_one("#command", Static).update(t("train.command", command=command))
+            self.query_one("#continue").display = True
+            self.query_one("#continue", Button).focus()
+            self.say(info=[t("train.written")])
+            return
+        self.wizard.commit(self.state.replace(launched=True, output_dir=output_dir))
+        self._enter_live()
+
+    # --------------------------------------------------------------- live view
+    def _enter_live(self) -> None:
+        self.query_one("#prelaunch").display = False
+        self.query_one("#live").display = True
+        self.say()
+        if not self.watching:
+            self.watching = True
+            self.watch_run()
+
+    @work(thread=True, exclusive=True, group="watch")
+    def watch_run(self) -> None:
+        from engine.rundir import RunDir
+
+        run = RunDir(self.wizard.run_folder)
+        worker, seen, poll = get_current_worker(), 0, float(self.stage.settings.get("poll_s", 0.5))
+        last_metric_at: float | None = None
+        while not worker.is_cancelled:
+            if self.process is not None:
+                self.process.poll()  # reap our own child so its end is seen at once
+            status = run.read_status()
+            metrics = run.read_metrics()
+            new = metrics[seen:]
+            seen = len(metrics)
+            if new:
+                last_metric_at = time.time()
+            self.post_message(RunPolled(status, new, run.tail_log(12), last_metric_at))
+            if status.get("state") in train.TERMINAL_STATES:
+                return
+            time.sleep(poll)
+
+    def on_run_polled(self, message: RunPolled) -> None:
+        self.status = message.status
+        self.metrics.extend(message.new_metrics)
+        self.last_metric_at = message.last_metric_at or self.last_metric_at
+        self._show_status()
+        if message.new_metrics or not self.chart_drawn:
+            self.query_one("#chart", LossChart).set_series({"loss": self._losses()})
+            self.chart_drawn = True
+        log = self.query_one("#log", Log)
+        log.clear()
+        log.write_lines(message.log_lines)
+        self._show_hints()
+        state = self.status.get("state")
+        if state in train.TERMINAL_STATES:
+            self.watching = False
+            self._finished(state)
+
+    def _losses(self) -> list[tuple[float, float]]:
+        return [(m["step"], m["loss"]) for m in self.metrics if m.get("loss") is not None and "step" in m]
+
+    def _show_status(self) -> None:
+        status = self.status
+        step, total = status.get("step") or 0, status.get("total_steps")
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=total or None, progress=step)
+        last = next((m for m in reversed(self.metrics) if m.get("loss") is not None), {})
+        loss = status.get("loss", last.get("loss"))
+        self.query_one("#run-state", Static).update(
+            t("train.state", state=t(f"run.{status.get('state', 'pending')}"), step=step, total=total or "?"))
+        self.query_one("#numbers", Static).update(t(
+            "train.numbers", loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
+            lr=f"{last['learning_rate']:.2e}" if last.get("learning_rate") is not None else "-",
+            tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-",
+            elapsed=fmt_duration(status.get("elapsed_s")), eta=fmt_duration(status.get("eta_s"))))
+
+    def _show_hints(self) -> None:
+        hints = train.health_hints(self.metrics, self.status, self.stage.settings,
+                                   rows=self.built.rows if self.built else self._rows(),
+                                   last_metric_at=self.last_metric_at)
+        colour = {"info": "", "warning": "yellow", "error": "red"}
+        self.query_one("#hints", Static).update("\n".join(
+            f"[{colour[h.level]}]! {escape(h.message)}[/]" if colour[h.level] else escape(h.message) for h in hints))
+
+    def _rows(self) -> int | None:
+        counts = [self.state.dataset_rows.get(n) for n in self.state.datasets]
+        return sum(counts) if counts and None not in counts else None
+
+    def _finished(self, state: str) -> None:
+        if state == "completed":
+            self.say(info=[t("train.completed", path=train.display_path(self.status.get("output_dir") or "-"))])
+            self.query_one("#continue").display = True
+            self.query_one("#continue", Button).focus()
+            return
+        reason = self.status.get("exit_reason") or "-"
+        checkpoint = train.newest_checkpoint(self.status)
+        offer = t("train.offer_resume", checkpoint=train.display_path(checkpoint)) if checkpoint else \
+            t("train.no_checkpoint")
+        self.say([t("train.ended", state=state, reason=reason)], notes=[offer])
+
+    # --------------------------------------------------------------- keys
+    def action_stop(self) -> None:
+        if self.status.get("state") != "running":
+            return
+        self.app.push_screen(ConfirmDialog(t("train.stop_question")), callback=self._stop_confirmed)
+
+    def _stop_confirmed(self, yes: bool) -> None:
+        if not yes:
+            return
+        from engine.api import stop
+        from engine.errors import EngineError
+
+        try:
+            stop(self.state.run_id, runs_dir=self.wizard.runs_dir)
+            self.say(info=[t("train.stopping")])
+        except EngineError as exc:
+            self.say([str(exc)])
+
+    def action_resume(self) -> None:
+        if self.status.get("state") not in ("failed", "stopped"):
+            return
+        from engine.errors import EngineError
+
+        try:
+            handle = train.resume_from_checkpoint(self.state, self.wizard.runs_dir)
+        except EngineError as exc:
+            self.say([str(exc)])
+            return
+        self.process = handle.process
+        self.wizard.resume_action = None
+        self.say(info=[t("train.resumed")])
+        self._enter_live()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "review":
+            if self.built is not None:
+                self._ask_confirm()
+        elif event.button.id == "continue":
+            self.submit()
+
+    def submit(self) -> None:
+        if self.state.execution != "run_here":
+            if (self.wizard.run_folder / "sft.yaml").is_file():
+                self.wizard.advance(self.STAGE, self.state)
+            return
+        outcome = train.finished(self.state, self.status)
+        if not outcome.ok:
+            self.say(outcome.problems)
+            return
+        self.wizard.advance(self.STAGE, outcome.state)
