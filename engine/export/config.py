@@ -96,8 +96,9 @@ def check_export_config(config: ExportConfig) -> list[str]:
         problems.append("export_quantization_bit is not supported: export in full precision, then quantize with your "
                         "runtime's tool (llama.cpp, AutoGPTQ, ...). Remove the key.")
     if config.export_hub_model_id:
-        problems.append("export_hub_model_id is not supported: after exporting, upload with "
-                        f"`hf upload {config.export_hub_model_id} {config.export_dir or 'EXPORT_DIR'}`. Remove the key.")
+        upload = f"hf upload {config.export_hub_model_id} {config.export_dir or 'EXPORT_DIR'}"
+        problems.append(f"export_hub_model_id is not supported: after exporting, upload with `{upload}`. "
+                        "Remove the key.")
     if config.export_size <= 0:
         problems.append(f"export_size must be a positive number of GB per shard (got {config.export_size}).")
     if config.export_device not in EXPORT_DEVICES:

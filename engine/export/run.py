@@ -21,8 +21,8 @@ from engine.export.config import BYTES_PER_GB, ExportConfig, check_export_config
 from engine.export.merge import Check, merge_adapters
 from engine.export.modelfile import write_modelfile
 from engine.export.writer import make_readable, save_tokenizer, save_weights, verify_export, write_json_atomic
-from engine.inference.source import (EXPORT_INFO_FILE, ModelPlan, checkpoint_is_quantized, load_tokenizer_and_template, pick_device,
-                                     plan_model)
+from engine.inference.source import (EXPORT_INFO_FILE, ModelPlan, checkpoint_is_quantized,
+                                     load_tokenizer_and_template, pick_device, plan_model)
 
 EXPORT_RECORD = EXPORT_INFO_FILE
 STEPS = ("checking the config", "loading the tokenizer and template", "loading the model", "merging",
@@ -103,7 +103,8 @@ def _plan(config: ExportConfig) -> tuple[ModelPlan, Path, str]:
             "gives a broken model. Point model_name_or_path at the full-precision (16/32-bit) version of the same "
             "model; the adapter, QLoRA ones included, merges into that.")
     target = Path(config.export_dir).expanduser().resolve()
-    sources = [Path(p).expanduser().resolve() for p in (plan.base_model, *plan.adapters) if Path(p).expanduser().exists()]
+    inputs = [Path(p).expanduser() for p in (plan.base_model, *plan.adapters)]
+    sources = [p.resolve() for p in inputs if p.exists()]
     if any(target == s or s.is_relative_to(target) for s in sources):
         raise ConfigError(f"export_dir {target} is (or contains) an input of the export; choose a new folder such as "
                           f"{target.parent / (target.name + '-export')}.")
@@ -116,7 +117,8 @@ def _plan(config: ExportConfig) -> tuple[ModelPlan, Path, str]:
 def _write(config, plan, model, tokenizer, template, staging: Path, target: Path, save_dtype, prints, checks,
            notes, padding_side, progress) -> ExportResult:
     shard_bytes = max(1, int(config.export_size * BYTES_PER_GB))
-    progress(5, f"writing {str(save_dtype).removeprefix('torch.')} weights in shards of at most {config.export_size} GB")
+    dtype_name = str(save_dtype).removeprefix("torch.")
+    progress(5, f"writing {dtype_name} weights in shards of at most {config.export_size} GB")
     files, size_notes = save_weights(model, staging, shard_bytes=shard_bytes, dtype=save_dtype,
                                      legacy=config.export_legacy_format, stop_ids=template.stop_token_ids(tokenizer),
                                      pad_id=tokenizer.pad_token_id)

@@ -49,7 +49,8 @@ class VllmBackend:
 
         self.adapter = _one_adapter(plan, "vllm")
         self.stop_ids = template.stop_token_ids(tokenizer)
-        self.llm = LLM(model=plan.base_model, tokenizer=plan.tokenizer_source, trust_remote_code=config.trust_remote_code,
+        self.llm = LLM(model=plan.base_model, tokenizer=plan.tokenizer_source,
+                       trust_remote_code=config.trust_remote_code,
                        dtype=config.infer_dtype, max_model_len=config.vllm_maxlen,
                        gpu_memory_utilization=config.vllm_gpu_util, enforce_eager=config.vllm_enforce_eager,
                        enable_lora=self.adapter is not None, max_lora_rank=config.vllm_max_lora_rank)

@@ -117,7 +117,8 @@ def check_template(configured: str | None, info: dict | None, folder: str) -> tu
 
 
 def _refuse_adapter_as_model(model_dir: Path) -> None:
-    if model_dir.is_dir() and (model_dir / "adapter_config.json").is_file() and not (model_dir / "config.json").is_file():
+    is_adapter = (model_dir / "adapter_config.json").is_file() and not (model_dir / "config.json").is_file()
+    if model_dir.is_dir() and is_adapter:
         base = _read_json(model_dir / "adapter_config.json").get("base_model_name_or_path") or "its base model"
         raise ConfigError(
             f"model_name_or_path {model_dir} is a LoRA adapter, not a model. Set model_name_or_path to {base} and "

@@ -1,4 +1,4 @@
-"""Export on the demo model: the merge changes the weights, matches base + adapter, and reloads in plain transformers."""
+"""Export on the demo model: the merge changes the weights, matches base + adapter, reloads in plain transformers."""
 
 import json
 import shutil
@@ -201,3 +201,9 @@ def test_export_keeps_the_base_dtype(lora_run, demo_model_dir, tmp_path):
     with safe_open(str(result.export_dir / "model.safetensors"), framework="pt") as handle:
         assert {handle.get_tensor(k).dtype for k in handle.keys()} == {torch.bfloat16}
     assert json.loads((result.export_dir / "lfa_export.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_export_never_writes_over_its_inputs(lora_run, demo_model_dir):
+    for target in (lora_run, demo_model_dir, demo_model_dir.parent):
+        with pytest.raises(ConfigError, match="is \\(or contains\\) an input"):
+            export_model(export_config(lora_run, demo_model_dir, target))
