@@ -120,18 +120,27 @@ def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_
 
 def train(config: TrainConfig | str | Path | dict, *, detach: bool = False, runs_dir: str | Path | None = None,
           run_id: str | None = None, run_dir: str | Path | None = None, env: dict[str, str] | None = None,
-          on_log: Callable[[dict], None] | None = None, stop=None) -> RunHandle:
+          on_log: Callable[[dict], None] | None = None, stop=None, nproc_per_node: int | None = None) -> RunHandle:
     """Train. ``detach=True`` starts a separate process that outlives this one and returns at once;
     otherwise training runs here and the handle returns when it has ended (status says how).
 
     ``env`` adds environment variables to the detached process (e.g. CUDA_VISIBLE_DEVICES from the GPU choice).
     ``stop`` (an engine.training.loop.StopFlag) lets the caller end an in-process run cleanly after a step.
+    ``nproc_per_node`` > 1 (or a multi-GPU choice in the run folder) trains through torchrun, always in child
+    processes; without ``detach`` this call then waits for them.
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
     resolved, run = prepare_run(config, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir)
-    if detach:
-        return RunHandle(run, launch_detached(run, resolved.stage, env=env))
+    if detach or (nproc_per_node or 1) > 1:
+        handle = RunHandle(run, launch_detached(run, resolved.stage, env=env, nproc_per_node=nproc_per_node))
+        if not detach:
+            code = handle.process.wait()
+            if run.read_status().get("state") not in ("completed", "failed", "stopped"):
+                reason = f"training processes exited with code {code} before recording an end; see {run.log_path}"
+                run.append_event("failed", reason=reason)
+                run.update_status(state="failed", finished_at=time.time(), exit_reason=reason)
+        return handle
     _train_here(resolved, run, on_log, stop)
     return RunHandle(run, None)
 
@@ -164,11 +173,17 @@ def _train_here(config: TrainConfig, run: RunDir, on_log, stop=None) -> dict:
         raise
 
 
-def launch_detached(run: RunDir, stage: str = "sft", *, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start the recipe as its own session (it survives the terminal closing); output goes to train.log."""
-    config_path = run.path / f"{stage}.yaml"
-    command = [sys.executable, "-m", f"engine.recipes.{stage}", str(config_path), "--run-dir", str(run.path)]
-    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+def launch_detached(run: RunDir, stage: str = "sft", *, env: dict[str, str] | None = None,
+                    nproc_per_node: int | None = None) -> subprocess.Popen:
+    """Start the recipe as its own session (it survives the terminal closing); output goes to train.log.
+
+    Several processes (``nproc_per_node``, the config's nproc_per_node, or the GPU choice in device.json) start
+    through torchrun, every rank's output prefixed with its rank in train.log."""
+    from engine.parallel.launch import plan_launch
+
+    plan = plan_launch(run.path, stage, nproc_per_node=nproc_per_node)
+    command = plan.local_command()
+    child_env = {**os.environ, **plan.env, **(env or {}), "PYTHONUNBUFFERED": "1"}
     # The package must be importable from the child even when started outside the repo.
     root = str(Path(__file__).resolve().parent.parent)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
@@ -220,3 +235,40 @@ def stop(run_id: str, *, runs_dir: str | Path | None = None) -> dict:
     os.kill(pid, signal.SIGTERM)
     run.append_event("stop_requested", pid=pid)
     return status
+
+
+def load_infer_config(source, *overrides: str, **kw_overrides: Any):
+    """An inference config (LLaMA-Factory keys: model_name_or_path, adapter_name_or_path, template, ...)."""
+    from engine.inference import load_infer_config as _load
+
+    return _load(source, *overrides, **kw_overrides)
+
+
+def chat(config, *overrides: str):
+    """A ChatModel (``.chat(messages)``, ``.stream_chat``, ``.batch_chat(conversations)``) from an inference config
+    or its YAML path. The template must match the one the model was trained with."""
+    from engine.inference.chat_model import ChatModel
+
+    if not hasattr(config, "model_name_or_path"):
+        config = load_infer_config(config, *overrides)
+    return ChatModel(config)
+
+
+def validate_model(config, prompts: list[str], out: str | Path, *, base: bool = False, batch_size: int = 16,
+                   on_progress=None) -> list[dict]:
+    """Answer ``prompts`` with the tuned model (and the base with ``base=True``); rows written to ``out`` (JSONL)."""
+    from engine.inference.validate import run_validation
+
+    if not hasattr(config, "model_name_or_path"):
+        config = load_infer_config(config)
+    return run_validation(config, prompts, out, base=base, batch_size=batch_size, on_progress=on_progress)
+
+
+def export(config, *overrides: str, on_progress=None):
+    """Merge a LoRA adapter into its base (or re-save a full fine-tune) into export_dir, checked after writing."""
+    from engine.export import load_export_config
+    from engine.export.run import export_model
+
+    if not hasattr(config, "export_dir"):
+        config = load_export_config(config, *overrides)
+    return export_model(config, on_progress=on_progress)

@@ -324,6 +324,8 @@ def _refuse_foreign_folder(target: Path) -> None:
 
 def _swap_into_place(staging: Path, target: Path) -> None:
     """Rename the finished build onto `target`; an old build is moved aside first and deleted after."""
+    for file in staging.iterdir():
+        file.chmod(0o644)  # safetensors writes owner-only files; a model folder is for everyone to read
     old = None
     if target.exists():
         old = target.parent / f".{target.name}.old-{os.getpid()}"

@@ -91,14 +91,6 @@ def write_training_info(out_dir: Path, *, base_model: str, method: str, template
     (Path(out_dir) / TRAINING_INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
 
 
-def read_training_info(folder: str | Path) -> dict | None:
-    path = Path(folder) / TRAINING_INFO_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def default_output_dir(model_path: str, method: str, run_id: str, stage: str = "sft") -> str:
     name = Path(model_path.rstrip("/")).name.lower()
     return str(Path("saves") / name / method / f"{stage}_{run_id.rsplit('_', 2)[-2]}_{run_id.rsplit('_', 1)[-1]}")
