@@ -51,6 +51,10 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce: bool = False) -> 
     labels = batch_targets(batch)
     n_tokens = int((labels != -100).sum())
     inputs = model_inputs(batch)
+    if "position_ids" in batch and batch["input_ids"].shape[0] == 1:
+        from engine.data.packing import use_packed_attention
+
+        use_packed_attention(base_causal_lm(model))  # per-sample attention for packed rows (sdpa models only)
     if fused_linear_ce:
         from engine.kernels.ops.fused_linear_ce import chunked_linear_cross_entropy
 

@@ -1,6 +1,7 @@
 """Packed rows train exactly what padded batches train: same per-token loss, same gradients, no cross-sample attention.
 
-Models are built in code (2 layers, hidden 64): Qwen3 and Llama, with SDPA and eager attention.
+Models are built in code (2 layers, hidden 64): Qwen3 and Llama, with SDPA (block-diagonal mask), per-sample SDPA
+(``sdpa_packed``) and eager attention.
 """
 
 import random
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.data import IGNORE_INDEX, SFTCollator, encode_supervised
-from engine.data.packing import PackedCollator
+from engine.data.packing import PACKED_SDPA, PackedCollator, use_packed_attention
 from engine.data.templates import get_template
 from engine.training.loss import causal_lm_loss_sum, model_inputs, shift_labels
 
@@ -24,8 +25,11 @@ def tiny_model(family: str, attn: str):
     torch.manual_seed(0)
     config = config_cls(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                        attn_implementation=attn)
-    return model_cls(config).float().train()
+                        attn_implementation="sdpa" if attn == PACKED_SDPA else attn)
+    model = model_cls(config).float().train()
+    if attn == PACKED_SDPA:
+        assert use_packed_attention(model) == PACKED_SDPA
+    return model
 
 
 def random_samples(lengths, seed=0) -> list[dict]:
@@ -45,18 +49,21 @@ def token_losses(model, batch) -> torch.Tensor:
     return losses[labels.flatten() != -100]
 
 
-@pytest.mark.parametrize("family,attn", [("qwen3", "sdpa"), ("llama", "sdpa"), ("qwen3", "eager")])
-def test_per_token_loss_is_the_same_packed_and_padded(family, attn):
+@pytest.mark.parametrize("family,attn", [("qwen3", "sdpa"), ("llama", "sdpa"), ("qwen3", "eager"),
+                                         ("qwen3", PACKED_SDPA), ("llama", PACKED_SDPA)])
+@pytest.mark.parametrize("lengths", [[17, 64, 5, 40, 33], [32, 32, 32]], ids=["mixed", "equal"])
+def test_per_token_loss_is_the_same_packed_and_padded(family, attn, lengths):
     model = tiny_model(family, attn)
-    samples = random_samples([17, 64, 5, 40, 33])
+    samples = random_samples(lengths)
     padded = token_losses(model, SFTCollator(pad_token_id=0)(samples))
     packed = token_losses(model, PackedCollator()(samples))
-    assert padded.shape == packed.shape and padded.numel() > 50
+    assert padded.shape == packed.shape and padded.numel() > 60
     torch.testing.assert_close(packed, padded, atol=1e-5, rtol=0)
 
 
 def test_gradients_match_under_token_normalised_accumulation():
-    """Two micro-batches normalised by the step's trained tokens, as the recipe does: same gradients either way."""
+    """Two micro-batches normalised by the step's trained tokens, as the recipe does: same gradients either way.
+    The loss function switches the sdpa model to per-sample attention at the first packed batch."""
     model = tiny_model("qwen3", "sdpa")
     micro_batches = [random_samples([30, 9, 51], seed=1), random_samples([12, 70], seed=2)]
     grads = {}
@@ -68,12 +75,14 @@ def test_gradients_match_under_token_normalised_accumulation():
             loss_sum, _ = causal_lm_loss_sum(model, batch)
             (loss_sum / step_tokens).backward()
         grads[name] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert model.config._attn_implementation == PACKED_SDPA
     for name, grad in grads["padded"].items():
         torch.testing.assert_close(grads["packed"][name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
-def test_no_token_attends_across_a_sample_boundary():
-    model = tiny_model("qwen3", "sdpa").eval()
+@pytest.mark.parametrize("attn", ["sdpa", PACKED_SDPA])
+def test_no_token_attends_across_a_sample_boundary(attn):
+    model = tiny_model("qwen3", attn).eval()
     first, second = random_samples([24, 24], seed=3)
     changed_first = dict(first, input_ids=[(t * 7 + 1) % VOCAB for t in first["input_ids"]])
 
@@ -109,3 +118,14 @@ def test_parity_holds_for_samples_cut_by_cutoff_len(demo_model_dir):
     padded = token_losses(model, SFTCollator(pad_token_id=tokenizer.pad_token_id)(samples))
     packed = token_losses(model, PackedCollator()(samples))
     torch.testing.assert_close(packed, padded, atol=1e-5, rtol=0)
+
+
+def test_packed_attention_leaves_padded_batches_and_generation_as_sdpa_has_them():
+    reference, switched = tiny_model("qwen3", "sdpa").eval(), tiny_model("qwen3", PACKED_SDPA).eval()
+    padded = SFTCollator(pad_token_id=0)(random_samples([9, 30, 21], seed=4))
+    with torch.no_grad():
+        expected = reference(**model_inputs(padded)).logits
+        torch.testing.assert_close(switched(**model_inputs(padded)).logits, expected, atol=1e-6, rtol=0)
+    prompt = torch.tensor([random_samples([6], seed=5)[0]["input_ids"]])
+    generate = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert torch.equal(switched.generate(prompt, **generate), reference.generate(prompt, **generate))
