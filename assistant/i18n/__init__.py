@@ -64,7 +64,7 @@ def current_language() -> str:
     return _current
 
 
-def t(key: str, **values: object) -> str:
+def t(key: str, /, **values: object) -> str:
     """The string for `key` in the current language, formatted with `values`."""
     text = CATALOGS[_current].get(key) or EN.get(key) or key
     if not values:

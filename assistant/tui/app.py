@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,17 +43,19 @@ class WizardApp(App):
 
     def __init__(self, *, runs_dir: str | Path | None = None, resume: str | None = None, lang: str | None = None,
                  review: bool = False, detect_devices: DetectDevices | None = None, skill: Skill | None = None,
-                 online: bool | None = None) -> None:
+                 online: bool | None = None, now: datetime | None = None) -> None:
         self.lang = set_language(detect_language(lang))
         super().__init__()
         from engine.rundir import runs_root
 
-        self.runs_dir = runs_root(runs_dir)
+        self.runs_dir = runs_root(runs_dir).resolve()
         self.resume_id, self.review_mode = resume, review
         self.detect_devices = detect_devices or _default_detector
         self.skill = skill or load_skill("sft")
         self.online = online
         """None: decide from HF_HUB_OFFLINE and a quick probe; tests pass False."""
+        self.now = now
+        """The time the new run's id is stamped with (None: now); snapshot tests fix it."""
         self.state: WizardState | None = None
         self.resume_action: str | None = None
         self.resume_status: dict = {}
@@ -70,7 +73,7 @@ class WizardApp(App):
         if self.resume_id:
             self._open_resumed(self.resume_id)
             return
-        self.state = new_state(lang=self.lang)
+        self.state = new_state(lang=self.lang, now=self.now)
         save_state(self.state, self.runs_dir)
         self.goto(self.skill.stage_ids[0], first=True)
 

@@ -25,6 +25,9 @@ ACTIVATION_FACTOR = 34
 CHECKPOINTING_SAVING = 5
 LORA_SHARE = 0.01
 CHARS_PER_TOKEN = 3.2
+# A training process spends this long before its first step (interpreter, torch/transformers imports, model
+# load, tokenization): ~10-15 s measured on the 2-core CI box; GPU processes also initialise CUDA.
+STARTUP_S = {"cpu": 15.0, "gpu": 30.0}
 
 
 @dataclass
@@ -85,5 +88,5 @@ def estimate(config: dict, *, model: str | None, method: str, on_gpu: bool, rows
             tokens = total_steps * per_step * tokens_per_row
         flops = tokens * (4 if method in ("lora", "qlora") else 6) * params
         kind = "gpu" if on_gpu else "cpu"
-        seconds = flops / (PEAK_FLOPS[kind] * UTILISATION[kind] * devices)
+        seconds = STARTUP_S[kind] + flops / (PEAK_FLOPS[kind] * UTILISATION[kind] * devices)
     return Estimate(memory, seconds, params, basis)

@@ -3,7 +3,9 @@ check with a one-key fix, and a memory / run-time estimate — every value edita
 
 from __future__ import annotations
 
+from rich import box
 from rich.markup import escape
+from rich.table import Table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -39,10 +41,20 @@ def human_time(seconds: float | None) -> str:
     return f"~{seconds / 3600:.1f} h"
 
 
+def diff_table(rows: list[list[str]]) -> Table:
+    """The diff as a wrapping table: four columns must fit ~55 cells, so long values wrap instead of scrolling."""
+    table = Table(box=box.SIMPLE_HEAD, expand=True, padding=(0, 1), show_edge=False)
+    for key, ratio in (("col.parameter", 4), ("col.default", 3), ("col.new", 3), ("col.reason", 4)):
+        table.add_column(t(key), ratio=ratio, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 class ConfigScreen(StageScreen):
     STAGE = "config"
     KEYS = [("Enter", "key.edit"), ("a", "key.all"), ("e", "key.any"), ("f", "key.accept"), ("^N", "key.next"),
-            ("Esc", "key.back"), ("^Q", "key.quit")]
+            ("Esc", "key.back")]
     BINDINGS = [Binding("a", "toggle_all", show=False), Binding("e", "edit_any", show=False),
                 Binding("f", "accept_fix", show=False)]
 
@@ -56,8 +68,7 @@ class ConfigScreen(StageScreen):
         yield Static("", id="example", classes="hint")
         yield DataTable(id="params", cursor_type="row", zebra_stripes=True)
         yield Label(t("config.diff_title"), classes="section")
-        yield Static("", id="no-diff")
-        yield DataTable(id="diff", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="diff")
         yield Static("", id="advice")
         yield Button(t("config.accept_fix"), id="accept-fix", variant="warning")
         yield Static("", id="estimate")
@@ -100,12 +111,9 @@ class ConfigScreen(StageScreen):
         params = self.query_one("#params", DataTable)
         fill_table(params, [t("col.parameter"), t("col.value")], [[k, fmt_value(built.config[k], k)] for k in keys],
                    keys=keys)
-        diff_table = self.query_one("#diff", DataTable)
         rows = [[row.parameter, fmt_value(row.default, row.parameter), fmt_value(row.new, row.parameter), row.reason]
                 for row in built.diff]
-        fill_table(diff_table, [t("col.parameter"), t("col.default"), t("col.new"), t("col.reason")], rows)
-        diff_table.display = bool(rows)
-        self.query_one("#no-diff", Static).update("" if rows else t("config.no_diff"))
+        self.query_one("#diff", Static).update(diff_table(rows) if rows else t("config.no_diff"))
         self._show_advice()
         self._show_estimate()
 

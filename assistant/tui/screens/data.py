@@ -18,6 +18,7 @@ from assistant.tui.screens.base import COMMON_KEYS, StageScreen
 from assistant.tui.widgets.dialogs import AskValues
 from assistant.tui.widgets.question import QuestionSet
 from assistant.wizard.stages import data
+from assistant.wizard.stages.train import display_path
 
 PREVIEW_CHARS = 160
 
@@ -52,15 +53,16 @@ class DataScreen(StageScreen):
         question = self.stage.question("data_source")
         yield QuestionSet(question, self.state.data_source)
         with Horizontal(classes="row"):
+            yield Label(t("data.folder_label"), classes="inline-label")
             yield Input(value=self.state.dataset_dir or self.stage.settings.get("dataset_dir", "data"),
                         id="dataset-dir", placeholder="data")
             yield Button(t("data.open_dir"), id="open-dir")
         with Vertical(id="builtin"):
-            yield Label(t("data.pick"), classes="hint")
+            yield Static(t("data.pick"), classes="hint")
             yield SelectionList(id="datasets")
             yield Static("", id="preview")
         with Vertical(id="custom"):
-            yield Label(t("data.custom_hint"), classes="hint")
+            yield Static(t("data.custom_hint"), classes="hint")
             with Horizontal(classes="row"):
                 yield Input(placeholder="/path/to/my_data.jsonl", id="custom-path")
                 yield Button(t("data.check"), id="check")
@@ -105,7 +107,7 @@ class DataScreen(StageScreen):
             self.say([message.error or ""])
             return
         self.folder, self.listing = message.folder, message.rows
-        self.say(notes=[message.error] if message.error else [], info=[t("data.folder", path=str(message.folder))])
+        self.say(notes=[message.error] if message.error else [], info=[t("data.folder", path=display_path(message.folder))])
         self._fill_list()
 
     def on_rows_counted(self, message: RowsCounted) -> None:
@@ -232,25 +234,29 @@ class DataScreen(StageScreen):
         self.pending_fill = list(message.found.items())
         self._ask_next_fill()
 
-    def _ask_next_fill(self) -> None:
+    def _ask_next_fill(self, values: dict | None = None) -> None:
         if not self.pending_fill:
             self.wizard.advance(self.STAGE, self.state)
             return
         name, variables = self.pending_fill[0]
         title = t("data.fill_title", name=name, suffix=self.stage.settings.get("filled_suffix", "_custom"))
-        self.app.push_screen(AskValues(title, variables), callback=self._filled)
+        self.app.push_screen(AskValues(title, variables, values), callback=self._filled)
 
     def _filled(self, values: dict | None) -> None:
-        name, _variables = self.pending_fill.pop(0)
+        name, _variables = self.pending_fill[0]
         if values is None:
+            self.pending_fill.pop(0)
             self.say(notes=[t("data.fill_skipped", name=name)])
             self._ask_next_fill()
             return
         suffix = self.stage.settings.get("filled_suffix", "_custom")
         outcome = data.fill_template(self.state, self.folder, name, values, suffix)
         if not outcome.ok:
-            self.pending_fill.insert(0, (name, _variables))
             self.say(outcome.problems)
+            self._ask_next_fill(values)  # ask again, keeping what was typed
             return
+        self.pending_fill.pop(0)
         self.wizard.commit(outcome.state)
+        for note in outcome.notes:
+            self.app.notify(note, timeout=6)
         self._ask_next_fill()

@@ -7,7 +7,7 @@ from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Button, Input, Label, ProgressBar, Static
+from textual.widgets import Button, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from assistant.i18n import t
@@ -31,7 +31,7 @@ class ExportScreen(StageScreen):
     def compose_body(self) -> ComposeResult:
         merges = export.merges(self.state.method)
         yield Static(t("export.meaning_merge" if merges else "export.meaning_full"), id="meaning")
-        yield Label(t("export.folder"), classes="question")
+        yield Static(t("export.folder"), classes="question")
         with Horizontal(classes="row"):
             yield Input(id="export-dir")
             yield Button(t("export.review"), id="review", variant="primary")

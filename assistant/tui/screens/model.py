@@ -8,7 +8,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Static
 
 from assistant.i18n import t
 from assistant.tui.messages import ModelResolved, NetworkProbed
@@ -29,14 +29,14 @@ class ModelScreen(StageScreen):
     def compose_body(self) -> ComposeResult:
         offline = self.wizard.online is False or model.is_offline()
         recommended = model.recommended_model(self.wizard.skill, offline=offline)
-        yield Label(t("model.prompt"), classes="question")
+        yield Static(t("model.prompt"), classes="question")
         with Horizontal(classes="row"):
             yield Input(value=self.state.model or recommended, id="model-input")
             yield Button(t("model.check"), id="resolve")
         yield Static(t("model.recommended", model=recommended), id="recommended", classes="hint")
         yield Static("", id="resolution")
         with Vertical(id="template-box"):
-            yield Label(t("model.custom_template"), classes="question")
+            yield Static(t("model.custom_template"), classes="question")
             templates = self._templates()
             with Horizontal(classes="row"):
                 yield Input(placeholder="qwen3", id="template-input",

@@ -7,7 +7,7 @@ from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Label, ProgressBar, Static, TextArea
+from textual.widgets import Button, ProgressBar, Static, TextArea
 from textual.worker import get_current_worker
 
 from assistant.i18n import t
@@ -31,7 +31,7 @@ class ValidateScreen(StageScreen):
         yield Static("", id="chat-first")
         yield Button(t("validate.review"), id="review", variant="primary")
         with Vertical(id="prompts-box"):
-            yield Label(t("validate.prompts"), classes="question")
+            yield Static(t("validate.prompts"), classes="question")
             prompts = self.state.prompts or self.stage.settings.get("default_prompts", [])
             yield TextArea("\n".join(prompts), id="prompts")
             yield Button(t("validate.run"), id="run", variant="warning")

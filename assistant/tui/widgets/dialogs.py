@@ -48,7 +48,7 @@ class ConfirmTable(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
+            yield Static(self.title_text, classes="dialog-title")
             table = DataTable(id="confirm-table", cursor_type="row", zebra_stripes=True)
             yield table
             if self.note:
@@ -151,7 +151,7 @@ class AskValues(ModalScreen["dict | None"]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
+            yield Static(self.title_text, classes="dialog-title")
             for index, name in enumerate(self.names):
                 yield Label("{{" + name + "}}")
                 yield Input(value=self.values.get(name, ""), id=f"value-{index}", classes="value-input")

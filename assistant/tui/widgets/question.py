@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Label, RadioButton, RadioSet
+from textual.widgets import RadioButton, RadioSet, Static
 
 from assistant.i18n import t
 from assistant.wizard.skill import Question
@@ -21,7 +21,7 @@ class QuestionSet(Vertical):
         self.selected = selected if selected in question.choices else question.default
 
     def compose(self) -> ComposeResult:
-        yield Label(t(f"q.{self.question.id}.prompt"), classes="question")
+        yield Static(t(f"q.{self.question.id}.prompt"), classes="question")
         with RadioSet(id=f"{self.question.id}-set"):
             for choice in self.question.choices:
                 yield RadioButton(t(f"q.{self.question.id}.{choice}"), value=choice == self.selected,

@@ -114,27 +114,42 @@ def placeholders(dataset_dir: Path, name: str) -> list[str]:
     return list(find_placeholders(dataset_file_path(spec, Path(dataset_dir))))
 
 
+def _free_name(dataset_dir: Path, source: Path, base: str, registered: dict) -> tuple[str, Path]:
+    """<base>, <base>_2, ...: the first name whose file does not exist and that is not registered yet (an
+    earlier filled copy is never overwritten)."""
+    for number in range(1, 1000):
+        name = base if number == 1 else f"{base}_{number}"
+        target = source.with_name(f"{name}{source.suffix}") if source.stem != name else source
+        if not target.exists() and name not in registered:
+            return name, target
+    raise ValueError(f"no free name for {base} in {dataset_dir}")
+
+
 def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict[str, str], suffix: str) -> Outcome:
     """Write <name><suffix> with every {{var}} replaced, register it, and train on it instead of `name`."""
     empty = [var for var, value in values.items() if not str(value).strip()]
     if empty:
         return refused(t("data.empty_values", names=", ".join(empty)))
     from engine.data import fill_placeholders
-    from engine.data.registry import dataset_file_path, get_dataset_spec, register_dataset
+    from engine.data.registry import dataset_file_path, get_dataset_spec, load_dataset_info, register_dataset
+    from engine.errors import EngineError
 
-    dataset_dir = Path(dataset_dir)
-    spec = get_dataset_spec(name, dataset_dir)
-    source = dataset_file_path(spec, dataset_dir)
-    new_name = f"{name}{suffix}"
-    target = source.with_name(f"{source.stem}{suffix}{source.suffix}")
-    fill_placeholders(source, values, target)
-    entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir.resolve()).as_posix())
-    register_dataset(dataset_dir, new_name, entry, overwrite=True)
+    dataset_dir = Path(dataset_dir).resolve()
+    try:
+        spec = get_dataset_spec(name, dataset_dir)
+        source = dataset_file_path(spec, dataset_dir)
+        new_name, target = _free_name(dataset_dir, source, f"{name}{suffix}", load_dataset_info(dataset_dir))
+        fill_placeholders(source, values, target)
+        entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir).as_posix())
+        register_dataset(dataset_dir, new_name, entry)
+    except EngineError as exc:
+        return refused(str(exc))
     datasets = [new_name if n == name else n for n in state.datasets]
     rows = {(new_name if k == name else k): v for k, v in state.dataset_rows.items()}
     chars = {(new_name if k == name else k): v for k, v in state.dataset_chars.items()}
-    filled = dict(state.filled, **{new_name: {"from": name, "values": dict(values)}})
-    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=filled))
+    filled = dict(state.filled, **{new_name: {"from": name, "values": dict(values), "file": str(target)}})
+    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=filled),
+                   notes=[t("data.filled", name=new_name, path=str(target))])
 
 
 # ------------------------------------------------------------------------------------------------ custom files

@@ -59,12 +59,15 @@ def launch_command(state: WizardState, run_folder: Path) -> str:
 
 
 def display_path(path: str | Path) -> str:
-    """A path relative to the working directory when it lies inside it (shorter in tables and commands)."""
-    path = Path(path)
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    """A path relative to the working directory when it lies inside it (shorter in tables and commands); the
+    project's own examples/ as examples/...; anything else as it is."""
+    path = Path(path).expanduser()
+    for base in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        try:
+            return str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def resume_from_checkpoint(state: WizardState, runs_dir: str | Path | None) -> Any:

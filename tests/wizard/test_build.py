@@ -1,0 +1,99 @@
+"""The config builder: example YAML + answers -> engine config, with a reason for every change."""
+
+import pytest
+
+from assistant.wizard import build
+from assistant.wizard.stages import config as config_stage
+from assistant.wizard.stages import data, flow, model
+from assistant.wizard.state import new_state
+from engine.api import load_config, validate
+
+
+@pytest.fixture()
+def ready(workspace, skill, demo_model_dir):
+    """A state answered up to the config stage: LoRA on the demo model, identity data, CPU."""
+    state = flow.apply(new_state(), skill, {"scope": "full", "execution": "run_here", "method": "lora"}).state
+    listing = data.list_datasets(workspace / "data")
+    counts = {"identity": data.count_rows(workspace / "data", "identity")}
+    state = data.choose(state, workspace / "data", ["identity"], listing, counts).state
+    outcome = model.resolve(state, skill, str(demo_model_dir))
+    assert outcome.ok, outcome.problems
+    return outcome.state.replace(device={"platform": "cpu", "indices": [], "mode": "cpu", "reason": "test"})
+
+
+def test_config_starts_from_the_example_and_every_change_has_a_reason(ready, skill, workspace, demo_model_dir):
+    built = build.build_train_config(ready, skill)
+    example = build.example_values(ready.example)
+    diff = {row.parameter: row for row in built.diff}
+    assert diff["model_name_or_path"].new == str(demo_model_dir.resolve())
+    assert diff["dataset"].default == example["dataset"] and diff["dataset"].new == "identity"
+    assert diff["dataset"].reason == "data chosen in stage 1"
+    assert diff["output_dir"].new.startswith(str(workspace / "saves" / "lf-tiny-qwen3" / "lora"))
+    assert diff["cutoff_len"].new == 128 and "demo" in diff["cutoff_len"].reason
+    # unchanged keys are not in the diff, and every diff row really differs from the example
+    assert "lora_rank" not in diff
+    assert all(row.default != row.new and row.default == example.get(row.parameter) for row in built.diff)
+    assert not validate(load_config(built.config))
+    # total steps = ceil(rows / (batch x grad_accum x devices)) x epochs, rows capped by max_samples
+    assert built.rows == 40
+    assert built.total_steps == 10 * 2
+
+
+def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, skill):
+    outcome = config_stage.apply_edit(ready, "lora_rank", "16")
+    built = build.build_train_config(outcome.state, skill)
+    row = next(r for r in built.diff if r.parameter == "lora_rank")
+    assert (row.default, row.new, row.reason) == (8, 16, "user-specified")
+    outcome = config_stage.apply_edit(outcome.state, "lora_rank", "8")
+    assert "lora_rank" not in {r.parameter for r in build.build_train_config(outcome.state, skill).diff}
+    # the engine's own types decide
+    assert not config_stage.apply_edit(ready, "lora_rank", "lots").ok
+    assert not config_stage.apply_edit(ready, "lr_scheduler_type", "sawtooth").ok
+    assert config_stage.apply_edit(ready, "bf16", "true").state.edits == {"bf16": True}
+    unknown = config_stage.apply_edit(ready, "learning_rat", "1e-4")
+    assert not unknown.ok and "learning_rate" in unknown.problems[0]
+    assert not config_stage.apply_edit(ready, "dataset", "alpaca_demo").ok  # decided in the data stage
+
+
+def test_gpu_keeps_bf16_and_cpu_turns_it_off(ready, skill, demo_model_dir):
+    from engine.models.registry import example_config
+
+    state = ready.replace(family="qwen3", example=str(example_config("qwen3", "lora")))
+    cpu = {r.parameter: r for r in build.build_train_config(state, skill).diff}
+    assert cpu["bf16"].new is False and "CPU" in cpu["bf16"].reason
+    gpu = state.replace(device={"platform": "cuda", "indices": [0], "mode": "single", "reason": "free"})
+    assert "bf16" not in {r.parameter for r in build.build_train_config(gpu, skill).diff}
+
+
+def test_small_dataset_advice_proposes_a_fix_that_works(ready, skill, workspace):
+    state = config_stage.apply_edit(ready, "num_train_epochs", "1").state
+    state = config_stage.apply_edit(state, "logging_steps", "10").state
+    built = build.build_train_config(state, skill)
+    assert built.total_steps == 10
+    available = [row.name for row in data.list_datasets(workspace / "data")]
+    advice = config_stage.small_data_advice(built, state, skill, available)
+    assert advice is not None and len(advice.problems) >= 2
+    assert advice.mix_dataset == "alpaca_demo"
+    assert advice.suggestions["logging_steps"] < 10
+    rows, _chars = data.count_rows(workspace / "data", "alpaca_demo")
+    fixed = config_stage.accept_advice(state, advice, mix_rows=rows)
+    fixed = fixed.replace(edits={})  # the hand edits gave the problem; the accepted suggestions must solve it
+    rebuilt = build.build_train_config(fixed, skill)
+    assert rebuilt.config["dataset"] == "identity,alpaca_demo"
+    assert config_stage.small_data_advice(rebuilt, fixed, skill, available) is None
+    assert any(r.reason == "small dataset: more loss points / steps" for r in rebuilt.diff)
+
+
+def test_qlora_and_full_pick_their_own_example(workspace, skill, demo_model_dir):
+    state = flow.apply(new_state(), skill, {"scope": "sft", "execution": "write_only", "method": "qlora"}).state
+    outcome = model.resolve(state, skill, "Qwen/Qwen3-0.6B")
+    assert outcome.ok and outcome.state.example.endswith("train_qlora/qwen3_lora_sft.yaml")
+    state = outcome.state.replace(datasets=["identity"], dataset_dir=str(workspace / "data"),
+                                  device={"platform": "cuda", "indices": [0], "mode": "single", "reason": "x"})
+    built = build.build_train_config(state, skill)
+    assert built.config["quantization_bit"] == 4 and built.config["finetuning_type"] == "lora"
+    state = flow.apply(state, skill, {"scope": "sft", "execution": "write_only", "method": "full"}).state
+    state = model.resolve(state, skill, "Qwen/Qwen3-0.6B").state.replace(
+        datasets=["identity"], dataset_dir=str(workspace / "data"))
+    built = build.build_train_config(state, skill)
+    assert built.config["finetuning_type"] == "full" and built.config["quantization_bit"] is None

@@ -1,0 +1,104 @@
+"""The skill file, the wizard state on disk, and the interface strings."""
+
+import json
+import re
+
+import pytest
+import yaml
+
+from assistant import i18n
+from assistant.tui.screens import SCREENS
+from assistant.wizard.skill import SKILLS_DIR, parse_skill
+from assistant.wizard.state import WizardState, load_state, new_state, rename_for_model, save_state
+from engine.errors import ConfigError
+
+
+def test_every_stage_has_a_screen_and_every_label_exists(skill):
+    assert skill.stage_ids[0] == "flow" and skill.stage_ids[-1] == "summary"
+    for stage in skill.stages:
+        assert stage.id in SCREENS
+        for lang in i18n.LANGUAGES:
+            assert f"stage.{stage.id}.title" in i18n.CATALOGS[lang]
+            for question in stage.questions:
+                assert f"q.{question.id}.prompt" in i18n.CATALOGS[lang]
+                for choice in question.choices:
+                    assert f"q.{question.id}.{choice}" in i18n.CATALOGS[lang], (lang, question.id, choice)
+    for line in skill.board:
+        assert f"board.{line}" in i18n.CATALOGS["zh"]
+
+
+def test_sft_only_skips_validation_and_export_but_keeps_them_on_the_board(skill):
+    answers = {"scope": "sft", "execution": "run_here", "method": "lora"}
+    assert skill.next_stage("loss", answers) == "summary"
+    marks = dict(skill.board_marks("config", ["flow", "data", "model", "gpu"], answers))
+    assert marks == {"flow": "done", "data": "done", "model": "done", "config": "current", "train": "todo",
+                     "validate": "skipped", "export": "skipped"}
+    # writing configs for elsewhere: no loss view, but validation and export still write their YAMLs
+    answers = {"scope": "full", "execution": "write_only", "method": "full"}
+    assert skill.next_stage("train", answers) == "validate"
+
+
+def test_malformed_skill_is_refused_with_the_stage_named():
+    data = yaml.safe_load((SKILLS_DIR / "sft" / "skill.yaml").read_text(encoding="utf-8"))
+    data["stages"][0]["questions"][0]["default"] = "everything"
+    with pytest.raises(ConfigError, match="stage flow question scope"):
+        parse_skill(data)
+    data = yaml.safe_load((SKILLS_DIR / "sft" / "skill.yaml").read_text(encoding="utf-8"))
+    data["stages"][1]["board"] = "nowhere"
+    with pytest.raises(ConfigError, match="stage data"):
+        parse_skill(data)
+
+
+def test_state_round_trips_and_is_written_atomically(workspace):
+    state = new_state(lang="zh").replace(scope="full", method="qlora", datasets=["identity"], edits={"lora_rank": 16})
+    path = save_state(state, "lf_runs")
+    assert path.resolve() == workspace / "lf_runs" / state.run_id / "state.json"
+    assert not list(path.parent.glob(".*tmp"))
+    loaded = load_state(path.parent)
+    assert loaded == state.replace(updated_at=loaded.updated_at)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["from_a_newer_version"] = 1
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert load_state(path.parent).edits == {"lora_rank": 16}
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_state(workspace / "nowhere")
+
+
+def test_draft_run_is_renamed_after_the_model_keeping_its_stamp(workspace):
+    state = new_state()
+    save_state(state, "lf_runs")
+    stamp = state.run_id.split("_", 2)[-1]
+    renamed = rename_for_model(state.replace(model="Qwen/Qwen3-0.6B", method="lora"), "lf_runs")
+    assert renamed.run_id == f"qwen3-0.6b_lora_{stamp}"
+    assert (workspace / "lf_runs" / renamed.run_id / "state.json").is_file()
+    assert not (workspace / "lf_runs" / state.run_id).exists()
+    # once named, it stays named
+    assert rename_for_model(renamed.replace(model="other/model"), "lf_runs").run_id == renamed.run_id
+
+
+def test_catalogs_have_the_same_keys_and_placeholders():
+    en, zh = i18n.CATALOGS["en"], i18n.CATALOGS["zh"]
+    assert set(en) == set(zh), sorted(set(en) ^ set(zh))
+    fields = re.compile(r"\{(\w+)")
+    for key, text in en.items():
+        assert set(fields.findall(text)) == set(fields.findall(zh[key])), key
+
+
+def test_language_comes_from_flag_then_env_then_config_then_locale(monkeypatch, tmp_path):
+    for key in ("LFA_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert i18n.detect_language() == "zh"
+    (tmp_path / "lf-assistant").mkdir()
+    (tmp_path / "lf-assistant" / "config.yaml").write_text("lang: en\n", encoding="utf-8")
+    assert i18n.detect_language() == "en"
+    monkeypatch.setenv("LFA_LANG", "zh")
+    assert i18n.detect_language() == "zh"
+    assert i18n.detect_language("en") == "en"
+    try:
+        i18n.set_language("zh")
+        assert i18n.t("board.data") != i18n.CATALOGS["en"]["board.data"]
+        assert "lf-assistant --resume abc" in i18n.t("app.resume_hint", run_id="abc")
+    finally:
+        i18n.set_language("en")
