@@ -10,8 +10,8 @@ import torch
 from engine.data import PreferenceCollator, encode_preference, get_template, load_examples
 from engine.errors import ConfigError
 from engine.recipes.dpo import freeze, reference_logps_fn
-from engine.training.preference import (PairLogps, PreferenceSettings, log1mexp, metric_sums, needs_reference,
-                                        pair_logps, preference_loss)
+from engine.training.preference import (PairLogps, PreferenceSettings, log1mexp, logits_to_keep, metric_sums,
+                                        needs_reference, pair_logps, preference_loss, sequence_logps)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,6 +77,20 @@ def test_padded_pair_logps_match_each_sequence_alone(tiny):
     assert got.chosen_tokens.tolist() == [w["nc"] for w in want]
     assert got.rejected_tokens.tolist() == [w["nr"] for w in want]
     assert min(w["nc"] for w in want) > 0 and tiny.batch["input_ids"].shape[0] == 2 * len(tiny.pairs)
+
+
+def test_scoring_only_the_answer_positions_changes_nothing(tiny):
+    labels = tiny.batch["labels"]
+    keep = logits_to_keep(labels)
+    first = int((labels != -100).any(dim=0).nonzero()[0])
+    assert keep == labels.shape[1] - first + 1 and keep < labels.shape[1]  # the prompt is skipped
+    with torch.no_grad():
+        full_logits = tiny.policy(input_ids=tiny.batch["input_ids"], attention_mask=tiny.batch["attention_mask"]).logits
+        full, counts = sequence_logps(full_logits, labels)
+        got = pair_logps(tiny.policy, tiny.batch)
+    assert torch.allclose(torch.cat([got.chosen, got.rejected]), full, rtol=1e-5)
+    assert torch.equal(torch.cat([got.chosen_tokens, got.rejected_tokens]), counts)
+    assert logits_to_keep(torch.full((2, 5), -100)) == 0
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
