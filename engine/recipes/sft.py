@@ -25,7 +25,7 @@ from engine.training import checkpoint as ckpt
 from engine.parallel import setup_strategy
 from engine.training.batching import build_batcher
 from engine.training.loop import RunLogger, StopFlag, split_validation
-from engine.training.loss import causal_lm_loss_sum
+from engine.training.loss import causal_lm_loss_sum, trained_tokens
 from engine.training.plot import plot_loss
 from engine.training.schedule import build_scheduler, warmup_steps_for
 from engine.training.setup import (choose_precision, resolve_model_path, resolve_template,
@@ -82,6 +82,10 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
         plan = apply_kernels(model, config.kernel_config, device=precision.device.type)
         fused_linear_ce = plan.fused_linear_ce
         logger.info(f"kernels: {', '.join(plan.applied) or 'none'}" + "".join(f"; {n}" for n in plan.notes))
+    if fused_linear_ce and strategy.world_size > 1:
+        raise ConfigError(f"The fused linear cross-entropy kernel calls the model's layers directly, past the "
+                          f"{strategy.name} wrapper, so gradients would not be synchronised across processes. Drop "
+                          "fused_linear_ce from kernel_config for multi-process runs.")
     model = method.prepare(model, config).to(precision.device)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -89,28 +93,31 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
             model.enable_input_require_grads()
     model.train()
     trainable, total = count_parameters(model)
+    output_dir = Path(config.output_dir)
+    resume_from = ckpt.resolve_resume(config.resume_from_checkpoint, output_dir)
+    if resume_from:  # weights go in before wrapping: FSDP2 then shards the resumed weights
+        method.load_for_resume(model, resume_from)
     train_model = strategy.wrap(model, config)  # DDP / FSDP2 wrap here; `model` stays the one we save
     logger.info(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)")
 
     # 4. Optimizer and schedule over the planned number of steps.
     batcher = build_batcher(config, train_samples, collate)
-    per_epoch = batcher.steps_per_epoch()
+    per_epoch = len(strategy.shard_groups(batcher.groups(0)))  # this rank's steps: the global batch is split
     total_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * per_epoch)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                   eps=config.adam_epsilon, weight_decay=config.weight_decay)
+    optimizer = strategy.wrap_optimizer(optimizer)
     warmup = warmup_steps_for(total_steps, config.warmup_steps, config.warmup_ratio)
     scheduler = build_scheduler(optimizer, config.lr_scheduler_type, total_steps, warmup)
     scaler = torch.amp.GradScaler("cuda") if precision.autocast_dtype == torch.float16 else None
 
     # 5. Resume: weights, optimizer, scheduler, RNG and the data position of the newest complete checkpoint.
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if strategy.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
     step, epoch, start_group = 0, 0, 0
-    resume_from = ckpt.resolve_resume(config.resume_from_checkpoint, output_dir)
     if resume_from:
-        method.load_for_resume(model, resume_from)
-        state = ckpt.load_training_state(resume_from, optimizer, scheduler)
+        state = ckpt.load_training_state(resume_from, strategy.checkpoint_optimizer(optimizer), scheduler)
         step, epoch, start_group = state["step"], state["epoch"], state["group"]
         logger.event("resumed", checkpoint=str(resume_from), step=step)
         logger.info(f"resumed from {resume_from} at step {step}")
@@ -128,7 +135,8 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
         loss_sum, tokens = 0.0, 0
         with torch.no_grad(), autocast(precision):
             for i in range(0, len(eval_samples), config.per_device_eval_batch_size):
-                batch = to_device(collate(eval_samples[i:i + config.per_device_eval_batch_size]), precision.device)
+                batch = strategy.prepare_batch(
+                    to_device(collate(eval_samples[i:i + config.per_device_eval_batch_size]), precision.device))
                 part, n = causal_lm_loss_sum(train_model, batch, fused_linear_ce=fused_linear_ce)
                 loss_sum, tokens = loss_sum + float(part), tokens + n
         model.train()
@@ -140,20 +148,20 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
     while step < total_steps and not stop.requested:
         groups = strategy.shard_groups(batcher.groups(epoch))
         for group_index in range(start_group, len(groups)):
-            micro_batches = [to_device(batcher.collate(ids), precision.device) for ids in groups[group_index]]
-            step_tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro_batches)
-            denominator = strategy.loss_denominator(step_tokens)
-            step_loss = 0.0
+            micro_batches = [strategy.prepare_batch(to_device(batcher.collate(ids), precision.device))
+                             for ids in groups[group_index]]
+            step_tokens = sum(trained_tokens(b) for b in micro_batches)
+            denominator = strategy.loss_denominator(step_tokens)  # this step's trained tokens on all ranks
+            loss_sum_seen = 0.0
             for batch in micro_batches:
                 with autocast(precision):
                     loss_sum, _ = causal_lm_loss_sum(train_model, batch, fused_linear_ce=fused_linear_ce)
                     loss = loss_sum / denominator
-                (scaler.scale(loss) if scaler else loss).backward()
-                step_loss += float(loss.detach())
+                strategy.backward(scaler.scale(loss) if scaler else loss)
+                loss_sum_seen += float(loss_sum.detach())
             if scaler:
                 scaler.unscale_(optimizer)
             grad_norm = strategy.clip_grad_norm(params, config.max_grad_norm)
-            step_loss = strategy.sum_across_ranks(step_loss)
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()
@@ -162,7 +170,11 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            input_tokens = sum(int(b["attention_mask"].sum()) for b in micro_batches)
+            input_tokens = int(strategy.sum_across_ranks(sum(int(b["attention_mask"].sum()) for b in micro_batches)))
+            step_tokens = int(strategy.sum_across_ranks(step_tokens))
+            step_loss = strategy.sum_across_ranks(loss_sum_seen) / max(step_tokens, 1)  # mean over the global step
+            if strategy.any_rank(stop.requested) and not stop.requested:
+                stop.request("stopped on another rank")
             epoch_float = epoch + (group_index + 1) / len(groups)
             logger.step(step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], input_tokens, step_tokens,
                         epoch_float, log_now=step % config.logging_steps == 0 or step == total_steps)
@@ -171,10 +183,12 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
             at_save = config.save_strategy != "no" and step % config.save_steps == 0
             if at_save or (stop.requested and config.save_strategy != "no"):
                 position = {"step": step, "epoch": epoch, "group": group_index + 1, "total_steps": total_steps}
-                folder = ckpt.save_checkpoint(output_dir, step, save_model=save_model, optimizer=optimizer,
-                                              scheduler=scheduler, trainer_state=position,
-                                              save_only_model=config.save_only_model,
-                                              total_limit=config.save_total_limit)
+                folder = strategy.save_checkpoint(
+                    lambda save_fn, optimizer_state: ckpt.save_checkpoint(
+                        output_dir, step, save_model=save_fn, optimizer=optimizer_state, scheduler=scheduler,
+                        trainer_state=position, save_only_model=config.save_only_model,
+                        total_limit=config.save_total_limit),
+                    lambda target: method.save(model, target), optimizer)
                 logger.event("checkpoint_saved", step=step, path=str(folder))
                 logger.status(last_checkpoint=str(folder))
             if step >= total_steps or stop.requested:
@@ -233,16 +247,22 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.request(signal.Signals(signum).name))
-    run.update_status(state="running", pid=os.getpid(), started_at=run.read_status().get("started_at") or time.time())
+    # Under torchrun only rank 0 writes the run folder, and the pid to signal is torchrun's: it forwards a stop
+    # to every rank, and the ranks agree on the step to stop at.
+    rank = int(os.environ.get("RANK", "0"))
+    pid = os.getppid() if os.environ.get("TORCHELASTIC_RUN_ID") else os.getpid()
+    if rank == 0:
+        run.update_status(state="running", pid=pid, started_at=run.read_status().get("started_at") or time.time())
+    prefix = f"rank {rank}: " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
     try:
         config = load_config(args.config)
         status = train(config, run, stop=stop)
     except EngineError as exc:
-        record_failure(run, str(exc))
+        record_failure(run, prefix + str(exc))  # any rank: the one that failed knows why
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:  # noqa: BLE001 - record every death in status.json before exiting
-        record_failure(run, f"{type(exc).__name__}: {exc}")
+        record_failure(run, f"{prefix}{type(exc).__name__}: {exc}")
         traceback.print_exc()
         return 1
     return 0 if status.get("state") in ("completed", "stopped") else 1
