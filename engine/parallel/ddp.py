@@ -34,7 +34,8 @@ class DDPStrategy(DataParallelBase):
         device_ids = [device.index] if device.type == "cuda" else None
         # Every trainable parameter takes part in every step of a causal LM; searching for unused ones costs a
         # traversal of the graph per step (HF Trainer's default of True warns about exactly that).
+        # Buffers (rotary frequencies) are equal everywhere: no broadcast before every forward.
         wrapped = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=False,
-                                          broadcast_buffers=False)
+                                          forward_sync_buffers=False)
         wrapped.register_comm_hook(None, sum_gradients_hook)
         return wrapped

@@ -98,7 +98,21 @@ def gather_full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
                 full = param.full_tensor() if isinstance(param, DTensor) else param.detach()
                 gathered[name] = full.cpu()
         return gathered if torch.distributed.get_rank() == 0 else {}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # Gathered copies no longer share storage, so save_pretrained would write a tied head twice.
+    for alias in _tied_aliases(model):
+        state.pop(alias, None)
+    return state
+
+
+def _tied_aliases(model: torch.nn.Module) -> list[str]:
+    """Names under which an already-named parameter appears again (lm_head.weight tied to the embeddings)."""
+    seen, aliases = set(), []
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in seen:
+            aliases.append(name)
+        seen.add(id(param))
+    return aliases
 
 
 def write_with_state_dict(model: torch.nn.Module, state: dict, save_fn: Callable[[Path], None], folder: Path) -> None:

@@ -1,0 +1,101 @@
+"""`lf-assistant launch`: train on several processes (GPUs, CPU processes, nodes) through torchrun.
+
+    lf-assistant launch CONFIG --nproc-per-node 2            # start here, wait, report
+    lf-assistant launch CONFIG --nnodes 2 --nproc-per-node 8 --print [--slurm]   # commands for each node
+
+Either way the run folder is prepared first (lf_runs/<run_id>/ with its sft.yaml); the commands refer to it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def launch(
+    config: Path = typer.Argument(..., help="Training YAML (ours or LLaMA-Factory's).", show_default=False),
+    overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides, e.g. max_steps=20"),
+    nnodes: int = typer.Option(1, "--nnodes", min=1, help="Machines taking part (multi-node: use --print)."),
+    nproc_per_node: Optional[int] = typer.Option(
+        None, "--nproc-per-node", min=1, help="Processes per machine: one per GPU (default: the chosen GPUs; "
+        "on CPU the config's nproc_per_node, else 1)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use on each node, e.g. 0,1,2,3."),
+    master_addr: str = typer.Option("HEAD_NODE_ADDRESS", "--master-addr", help="Node 0's address (multi-node)."),
+    master_port: int = typer.Option(29500, "--master-port", help="Rendezvous port on node 0 (multi-node)."),
+    print_only: bool = typer.Option(False, "--print", help="Only print the command for each node; start nothing."),
+    slurm: bool = typer.Option(False, "--slurm", help="Also print (and save in the run folder) an sbatch script."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background and return the run id."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Name the run folder (default model_method_time)."),
+) -> None:
+    """Train on several processes through torchrun, or print the command for every node (and a SLURM script)."""
+    import engine
+    from engine.api import prepare_run
+    from engine.parallel.launch import plan_launch
+
+    cfg = engine.load_config(config, *(overrides or []))
+    problems = engine.validate(cfg)
+    if problems:
+        typer.echo(f"{config}: {len(problems)} problem(s)", err=True)
+        for problem in problems:
+            typer.echo(f"  - {problem}", err=True)
+        raise typer.Exit(2)
+    resolved, run = prepare_run(cfg, runs_dir=runs_dir, run_id=run_id)
+    if gpus:
+        _save_gpu_choice(gpus, run.path)
+    plan = plan_launch(run.path, resolved.stage, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                       master_addr=master_addr, master_port=master_port)
+    text = plan.describe()
+    (run.path / "launch.sh").write_text("#!/bin/sh\n" + text + "\n", encoding="utf-8")
+    if slurm:
+        (run.path / "launch.sbatch").write_text(plan.sbatch_script(), encoding="utf-8")
+    if print_only or nnodes > 1:
+        typer.echo(text)
+        if slurm:
+            typer.echo(f"\n# SLURM: sbatch {run.path / 'launch.sbatch'}\n" + plan.sbatch_script())
+        typer.echo(f"\n# run folder: {run.path} (follow: lf-assistant status {run.run_id} --follow)")
+        return
+    _start_here(run, resolved.stage, plan.nproc_per_node, detach)
+
+
+def _save_gpu_choice(gpus: str, run_dir: Path) -> None:
+    from engine.devices import detect_devices, make_choice, save_choice
+    from engine.errors import DeviceError
+
+    try:
+        indices = [int(part) for part in gpus.split(",") if part.strip()]
+    except ValueError:
+        raise DeviceError(f"--gpus {gpus!r}: give GPU indices separated by commas, e.g. 0,1.") from None
+    save_choice(make_choice(detect_devices(), indices), run_dir)
+
+
+def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
+    from engine.api import launch_detached
+
+    process = launch_detached(run, stage, nproc_per_node=nproc)
+    typer.echo(f"started run {run.run_id}: {nproc} process(es), launcher pid {process.pid}")
+    typer.echo(f"  folder: {run.path}   log: {run.log_path}")
+    if detach:
+        typer.echo(f"  follow: lf-assistant status {run.run_id} --follow")
+        return
+    last_step = None
+    while process.poll() is None:
+        status = run.read_status()
+        if status.get("step") != last_step and status.get("loss") is not None:
+            last_step = status.get("step")
+            typer.echo(f"  step {last_step}/{status.get('total_steps')} loss {status['loss']:.4f}")
+        time.sleep(1.0)
+    status = run.read_status()
+    state = status.get("state")
+    if state not in ("completed", "failed", "stopped"):
+        state = "failed"
+        reason = f"training processes exited with code {process.returncode} before recording an end"
+        run.append_event("failed", reason=reason)
+        run.update_status(state=state, exit_reason=reason, finished_at=time.time())
+    typer.echo(f"{state}: {status.get('step')} steps; {status.get('exit_reason') or ''}".rstrip("; "))
+    if state != "completed":
+        typer.echo(f"  see {run.log_path}", err=True)
+        raise typer.Exit(1)
