@@ -73,7 +73,7 @@ class WizardApp(App):
         if self.resume_id:
             self._open_resumed(self.resume_id)
             return
-        self.state = new_state(lang=self.lang, now=self.now)
+        self.state = new_state(lang=self.lang, now=self.now, runs_dir=self.runs_dir)
         save_state(self.state, self.runs_dir)
         self.goto(self.skill.stage_ids[0], first=True)
 

@@ -123,9 +123,18 @@ class WizardState:
         return dataclasses.replace(self, **changes)
 
 
-def new_state(*, lang: str | None = None, now: datetime | None = None) -> WizardState:
-    """A fresh state with a draft run id (renamed once the model is known)."""
-    return WizardState(run_id=new_run_id(DRAFT_PREFIX, "sft", when=now), lang=lang)
+def new_state(*, lang: str | None = None, now: datetime | None = None,
+              runs_dir: str | Path | None = None) -> WizardState:
+    """A fresh state with a draft run id (renamed once the model is known). With `runs_dir`, the stamp moves
+    on by a second while a folder of that id exists, so two runs started together never share a folder."""
+    from datetime import timedelta
+
+    when = now or datetime.now()
+    run_id = new_run_id(DRAFT_PREFIX, "sft", when=when)
+    while runs_dir is not None and (runs_root(runs_dir) / run_id).exists():
+        when += timedelta(seconds=1)
+        run_id = new_run_id(DRAFT_PREFIX, "sft", when=when)
+    return WizardState(run_id=run_id, lang=lang)
 
 
 def run_path(state: WizardState, runs_dir: str | Path | None = None) -> Path:

@@ -24,6 +24,12 @@ def skill():
     return load_skill("sft")
 
 
+@pytest.fixture()
+def fake_devices():
+    """(gpu, report) builders for detector output, so busy and free cards can be simulated."""
+    return gpu, report
+
+
 def gpu(index, used_mib=100, total_mib=81920, util=0.0, processes=()):
     from engine.devices import GPU
 

@@ -1,0 +1,151 @@
+"""Stage functions: devices, health hints, models, validation and export configs."""
+
+import math
+
+import pytest
+
+from assistant.wizard.stages import export, gpu, model, train, validate
+from assistant.wizard.state import new_state
+
+
+
+@pytest.fixture()
+def make_gpu(fake_devices):
+    return fake_devices[0]
+
+
+@pytest.fixture()
+def report(fake_devices):
+    return fake_devices[1]
+
+
+def test_no_gpu_means_cpu_with_an_empty_environment(report):
+    outcome = gpu.apply(new_state(), report(), {})
+    assert outcome.ok and outcome.state.device["platform"] == "cpu"
+    assert gpu.device_env(outcome.state.device) == {}
+
+
+def test_one_free_gpu_is_used_and_pinned(make_gpu, report):
+    outcome = gpu.apply(new_state(), report(make_gpu(0, used_mib=60000, util=95), make_gpu(1)), {})
+    assert outcome.state.device["indices"] == [1]
+    assert gpu.device_env(outcome.state.device) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert gpu.env_prefix(outcome.state.device) == "CUDA_VISIBLE_DEVICES=1 "
+
+
+def test_several_free_gpus_ask_single_or_multi_and_refuse_a_busy_one(make_gpu, report):
+    found = report(make_gpu(0), make_gpu(1), make_gpu(2, used_mib=40000, util=80, processes=["python (pid 7)"]))
+    assert gpu.situation(found) == "several_free"
+    assert gpu.apply(new_state(), found, {"gpu_mode": "single"}).state.device["indices"] == [0]
+    multi = gpu.apply(new_state(), found, {"gpu_mode": "multi"})
+    assert multi.state.device["indices"] == [0, 1] and multi.state.device["mode"] == "multi"
+    busy = gpu.apply(new_state(), found, {"gpu_mode": "single", "indices": [2]})
+    assert not busy.ok and "busy" in busy.problems[0]
+    assert not gpu.apply(new_state(), found, {"gpu_mode": "multi", "indices": [0]}).ok
+    assert not gpu.apply(new_state(), found, {"indices": [7]}).ok
+
+
+def test_all_busy_never_chooses_silently(make_gpu, report):
+    found = report(make_gpu(0, used_mib=70000, util=99), make_gpu(1, used_mib=30000, util=50))
+    waiting = gpu.apply(new_state(), found, {"busy_action": "wait"})
+    assert not waiting.ok and waiting.code == "wait"
+    assert gpu.apply(new_state(), found, {"busy_action": "share"}).code == "pick"
+    shared = gpu.apply(new_state(), found, {"busy_action": "share", "indices": [1]})
+    assert shared.ok and shared.state.device["mode"] == "share" and shared.state.device["indices"] == [1]
+
+
+def test_device_file_records_the_choice_and_its_environment(tmp_path):
+    import json
+
+    device = {"platform": "cuda", "indices": [0, 1], "mode": "multi", "reason": "free"}
+    path = gpu.write_device_file(tmp_path, device)
+    assert json.loads(path.read_text())["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    from engine.devices import load_choice
+
+    assert load_choice(tmp_path).indices == [0, 1]
+
+
+SETTINGS = {"flat_window": 6, "flat_tolerance": 0.02, "near_zero_loss": 0.05, "small_dataset_rows": 500,
+            "stall_s": 300}
+
+
+def _metrics(losses):
+    return [{"step": i + 1, "loss": loss, "grad_norm": 1.0} for i, loss in enumerate(losses)]
+
+
+def test_health_hints_catch_nan_flat_overfit_and_stall():
+    running = {"state": "running", "pid": __import__("os").getpid()}
+    hints = train.health_hints(_metrics([2.0, math.nan]), running, SETTINGS, rows=90, last_metric_at=None)
+    assert [h.level for h in hints] == ["error"]
+    flat = train.health_hints(_metrics([2.0, 2.01, 1.99, 2.0, 2.02, 1.98]), running, SETTINGS, rows=90,
+                              last_metric_at=None)
+    assert any("not falling" in h.message for h in flat)
+    falling = train.health_hints(_metrics([2.0, 1.5, 1.2, 1.0, 0.8, 0.6]), running, SETTINGS, rows=90,
+                                 last_metric_at=None)
+    assert falling == []
+    overfit = train.health_hints(_metrics([2.0, 1.0, 0.01]), running, SETTINGS, rows=90, last_metric_at=None)
+    assert any("memorising" in h.message for h in overfit)
+    assert train.health_hints(_metrics([2.0, 1.0, 0.01]), running, SETTINGS, rows=50_000, last_metric_at=None) == []
+    stalled = train.health_hints(_metrics([2.0, 1.5]), running, SETTINGS, rows=90, last_metric_at=1000.0,
+                                 now=1000.0 + 600)
+    assert any("stuck" in h.message for h in stalled)
+    dead = {"state": "running", "pid": 2**22 + 12345}
+    assert train.health_hints(_metrics([2.0, 1.5]), dead, SETTINGS, rows=90, last_metric_at=1000.0,
+                              now=1600.0) == []
+
+
+def test_models_resolve_or_say_what_to_do(workspace, skill, demo_model_dir):
+    state = new_state().replace(method="lora")
+    demo = model.resolve(state, skill, str(demo_model_dir))
+    assert demo.ok and demo.state.family == "demo" and demo.state.model_path == str(demo_model_dir.resolve())
+    assert model.fetch_plan(demo.state, skill).kind == "none"
+    missing = model.resolve(state, skill, "./no/such/folder")
+    assert missing.code == "missing_path" and "does not exist" in missing.problems[0]
+    unknown = model.resolve(state, skill, "someone/unheard-of-model")
+    assert unknown.code == "unsupported" and "template" in unknown.problems[0]
+    custom = model.resolve(state, skill, "someone/unheard-of-model", template="qwen3")
+    assert custom.ok and custom.state.template == "qwen3" and "Qwen3" in custom.notes[-1]
+    assert model.fetch_plan(custom.state, skill).kind == "download"
+    registry = model.resolve(state, skill, "Qwen/Qwen3-0.6B")
+    plan = model.fetch_plan(registry.state, skill)
+    assert plan.kind == "download" and plan.target == workspace / "models" / "Qwen3-0.6B"
+    assert model.resolve(state, skill, "lf-tiny-llama").state.template == "llama3"
+    build = model.fetch_plan(model.resolve(state, skill, "lf-tiny-llama").state, skill)
+    assert build.kind == "build" and build.target == workspace / "models" / "lf-tiny-llama"
+    assert model.recommended_model(skill, offline=True) == "lf-tiny-qwen3"
+
+
+TRAIN = {"model_name_or_path": "/m/base", "output_dir": "/s/out", "template": "qwen", "trust_remote_code": False}
+
+
+@pytest.mark.parametrize("method, adapter", [("lora", True), ("qlora", True), ("full", False), ("freeze", False)])
+def test_infer_and_export_configs_follow_the_method(skill, method, adapter):
+    state = new_state().replace(method=method, output_dir="/s/out")
+    infer = validate.infer_config(state, TRAIN)
+    assert ("adapter_name_or_path" in infer) is adapter
+    assert infer["model_name_or_path"] == ("/m/base" if adapter else "/s/out") and infer["template"] == "qwen"
+    assert validate.check_infer_config(state, infer, "qwen") == []
+    assert validate.check_infer_config(state, dict(infer, template="llama3"), "qwen")
+    config = export.export_config(state, TRAIN, "/e/out", skill)
+    assert ("adapter_name_or_path" in config) is adapter and config["export_device"] == "cpu"
+    assert export.check_export(state, config, "qwen", TRAIN) == []
+    assert export.default_dir(state, skill, TRAIN).endswith("base-merged" if adapter else "base-sft")
+
+
+def test_export_refuses_a_quantized_base_and_a_used_folder(tmp_path, skill):
+    import json
+
+    base = tmp_path / "base-gptq"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "gptq"}}))
+    state = new_state().replace(method="qlora", output_dir=str(tmp_path / "out"))
+    problem = export.quantized_base_problem(state, dict(TRAIN, model_name_or_path=str(base)))
+    assert problem and "gptq" in problem
+    assert export.quantized_base_problem(state.replace(method="full"), dict(TRAIN, model_name_or_path=str(base))) \
+        is None
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("x")
+    assert not export.set_export_dir(state, str(tmp_path / "used")).ok
+    assert not export.set_export_dir(state, str(tmp_path / "out")).ok
+    assert export.set_export_dir(state, str(tmp_path / "new")).state.export_dir == str(tmp_path / "new")
+    assert export.parse_line("progress 2/5 merging") == ("progress", (2, 5))
+    assert export.parse_line("exported to /x/y") == ("exported", "/x/y")
