@@ -95,7 +95,12 @@ def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_
     if problems:
         raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
     model = config.model_name_or_path or "lf-tiny-qwen3"
-    run_id = run_id or new_run_id(model, config.method)
+    if run_dir is None and run_id is None:
+        # Two runs started in the same second get -2, -3 ...: a run folder is never shared.
+        base_id = run_id = new_run_id(model, config.method)
+        counter = 2
+        while (runs_root(runs_dir) / run_id).exists():
+            run_id, counter = f"{base_id}-{counter}", counter + 1
     run = RunDir(Path(run_dir) if run_dir else runs_root(runs_dir) / run_id)
     if (run.path / "status.json").exists() and run.read_status().get("state") not in (None, "pending"):
         raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
