@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test setup setup-dev demo clean
+.PHONY: run test test-all setup setup-dev demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ demo: setup
 	$(BIN)/lf-assistant train examples/demo/tiny_lora_sft.yaml
 
 test: setup-dev
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Everything, including tests marked slow (minutes on 2 CPU cores).
+test-all: setup-dev
 	$(BIN)/python -m pytest -q
 
 clean:

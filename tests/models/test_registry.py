@@ -154,7 +154,9 @@ def test_every_family_with_examples_has_all_methods() -> None:
         if fam.has_examples:
             for layout in EXAMPLE_LAYOUT.values():
                 assert (EXAMPLES_DIR / layout.format(f=fam.name)).is_file(), (fam.name, layout)
-    assert len(_family_yamls()) == 8 * sum(f.has_examples for f in FAMILIES.values())
+    # Every SFT example belongs to one family x method slot (other stages, like *_dpo.yaml, come on top).
+    sft = [p for p in _family_yamls() if p.name.endswith("_sft.yaml")]
+    assert len(sft) == 8 * sum(f.has_examples for f in FAMILIES.values())
 
 
 @pytest.mark.parametrize("path", [p for p in _family_yamls() if p.parent.name in TRAIN_DIRS],
