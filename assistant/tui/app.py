@@ -86,7 +86,8 @@ class WizardApp(App):
         try:
             plan = plan_resume(find_run(run_id, self.runs_dir).path, self.skill)
         except EngineError as exc:
-            self.exit(message=str(exc))
+            self.exit_hint = str(exc)
+            self.exit(return_code=2)
             return
         self.state, self.resume_action, self.resume_status = plan.state, plan.action, plan.status
         if self.state.download.get("state") == "running":  # the download died with the previous session
@@ -229,7 +230,14 @@ class WizardApp(App):
 
 def run_app(*, resume: str | None = None, lang: str | None = None, runs_dir: str | Path | None = None,
             review: bool = False) -> None:
-    """Run the TUI in the terminal; after it closes, print how to come back to the run."""
+    """Run the TUI in the terminal; after it closes, print how to come back to the run.
+
+    An unknown RUN_ID raises EngineError before the screen opens (the CLI prints it without a traceback).
+    """
+    if resume:
+        from engine.rundir import find_run
+
+        find_run(resume, runs_dir)
     app = WizardApp(runs_dir=runs_dir, resume=resume, lang=lang, review=review)
     app.run()
     if app.exit_hint:

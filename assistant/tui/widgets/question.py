@@ -27,6 +27,12 @@ class QuestionSet(Vertical):
                 yield RadioButton(t(f"q.{self.question.id}.{choice}"), value=choice == self.selected,
                                   id=f"{self.question.id}--{choice}")
 
+    def on_mount(self) -> None:
+        # The keyboard highlight starts on the first choice; move it to the chosen one, so Enter keeps it.
+        radio_set = self.query_one(RadioSet)
+        for _ in range(self.question.choices.index(self.selected)):
+            radio_set.action_next_button()
+
     @property
     def value(self) -> str:
         pressed = self.query_one(RadioSet).pressed_button

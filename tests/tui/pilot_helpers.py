@@ -1,0 +1,51 @@
+"""Helpers for Pilot tests: fake detector output, the app factory, and waiting for background work."""
+
+import time
+from pathlib import Path
+
+SIZE = (80, 24)
+
+
+def cpu_only():
+    from engine.devices import DeviceReport
+
+    return DeviceReport("cpu", [], "none")
+
+
+def busy_gpus():
+    """Two cards, both busy: 70 GB used at 99 %, and 30 GB at 50 % (what nvidia-smi would report)."""
+    from engine.devices import GPU, DeviceReport
+
+    return DeviceReport("cuda", [
+        GPU(0, "H100", "nvidia", 71680, 81920, 99.0, ["python (pid 4242, 70.0 GiB)"]),
+        GPU(1, "H100", "nvidia", 30720, 81920, 50.0, ["python (pid 4343, 30.0 GiB)"]),
+    ], "nvidia-smi")
+
+
+def make_app(workspace: Path, **kwargs):
+    from assistant.tui.app import WizardApp
+
+    kwargs.setdefault("detect_devices", cpu_only)
+    kwargs.setdefault("online", False)
+    return WizardApp(runs_dir=workspace / "lf_runs", **kwargs)
+
+
+async def wait_until(pilot, condition, timeout: float = 60.0, what: str = "") -> None:
+    """Let the app run until `condition()` holds; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.1)
+        if condition():
+            return
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or condition}")
+
+
+def on_screen(app, name: str) -> bool:
+    return type(app.screen).__name__ == name
+
+
+def messages(app) -> str:
+    """The text of the current stage's message area."""
+    from textual.widgets import Static
+
+    return str(app.screen.query_one("#messages", Static).render())

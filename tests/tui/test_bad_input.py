@@ -1,0 +1,99 @@
+"""Bad input through the TUI: each gets a clear message and can be corrected on the spot, without restarting."""
+
+import json
+
+from pilot_helpers import SIZE, busy_gpus, make_app, messages, on_screen, wait_until
+
+
+async def _to_screen(pilot, app, name: str) -> None:
+    """Walk forward with the default answers until `name` is on screen (data: alpaca_demo)."""
+    while not on_screen(app, name):
+        current = type(app.screen).__name__
+        if current == "DataScreen":
+            await wait_until(pilot, lambda: app.screen.counts, what="row counts")
+            app.screen.query_one("#datasets").select("alpaca_demo")
+        if current == "ModelScreen":
+            await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
+        if current == "GpuScreen":
+            await wait_until(pilot, lambda: app.device_report is not None, what="devices")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: type(app.screen).__name__ != current, what=f"leaving {current}")
+
+
+async def test_malformed_dataset_is_explained_then_a_converted_copy_is_used(workspace):
+    broken = workspace / "chats.jsonl"
+    rows = [{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "hello"}]},
+            {"conversations": [{"from": "human", "value": "2+2?"}]}]
+    broken.write_text("\n".join(json.dumps(r) for r in rows) + "\n{oops\n", encoding="utf-8")
+    original = broken.read_bytes()
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_screen(pilot, app, "DataScreen")
+        app.screen.query_one("#q-data_source").choose("custom")
+        await pilot.pause()
+        path_field = app.screen.query_one("#custom-path")
+        path_field.focus()
+        await pilot.press(*"nowhere.jsonl", "enter")
+        await wait_until(pilot, lambda: "does not exist" in str(app.screen.query_one("#check-result").render()))
+        path_field.value = str(broken)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "error" in str(app.screen.query_one("#check-result").render()),
+                         what="problems listed")
+        report = str(app.screen.query_one("#check-result").render())
+        assert "line 3" in report and "row 2" in report
+        assert app.screen.query_one("#convert").value is True  # errors: a converted copy is proposed
+        app.screen.query_one("#custom-name").value = "chats"
+        app.screen.query_one("#add").press()
+        await wait_until(pilot, lambda: "chats" in app.state.datasets, what="registered")
+        assert broken.read_bytes() == original
+        info = json.loads((workspace / "data" / "dataset_info.json").read_text())
+        assert info["chats"]["file_name"] == "chats.json"
+        await wait_until(pilot, lambda: "chats" in app.screen.query_one("#datasets").selected, what="selected")
+
+
+async def test_unsupported_model_and_missing_path_can_be_corrected(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_screen(pilot, app, "ModelScreen")
+        field = app.screen.query_one("#model-input")
+        field.value = "someone/unheard-of-model"
+        field.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "template" in messages(app), what="unsupported message")
+        assert app.screen.query_one("#template-box").display
+        await pilot.press("ctrl+n")
+        assert on_screen(app, "ModelScreen")  # cannot go on with an unresolved model
+        template = app.screen.query_one("#template-input")
+        template.focus()
+        await pilot.press(*"qwen3", "enter")
+        await wait_until(pilot, lambda: app.state.template == "qwen3" and app.state.family == "custom")
+        field.value = "./models/not-here"
+        field.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "does not exist" in messages(app), what="missing path message")
+        field.value = "./models/lf-tiny-qwen3"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.state.family == "demo" and app.state.model_path)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "GpuScreen"))
+
+
+async def test_busy_gpus_are_never_chosen_silently(workspace):
+    app = make_app(workspace, detect_devices=busy_gpus)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_screen(pilot, app, "GpuScreen")
+        await wait_until(pilot, lambda: app.device_report is not None, what="detection")
+        listing = str(app.screen.query_one("#gpu-list").render())
+        assert "70.0/80 GiB, 99% — busy" in listing and "pid 4242" in listing
+        await pilot.press("ctrl+n")
+        assert on_screen(app, "GpuScreen") and "detect again" in messages(app)
+        app.screen.query_one("#q-busy_action").choose("share")
+        await pilot.pause()
+        await pilot.press("ctrl+n")
+        assert on_screen(app, "GpuScreen") and "index" in messages(app)
+        app.screen.query_one("#indices").value = "1"
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), what="config screen")
+        device = json.loads((workspace / "lf_runs" / app.state.run_id / "device.json").read_text())
+        assert device["indices"] == [1] and device["env"] == {"CUDA_VISIBLE_DEVICES": "1"}
+        assert app.state.device["mode"] == "share"

@@ -1,0 +1,55 @@
+"""Quitting mid-wizard loses nothing: --resume reopens the same stage with the same answers."""
+
+import json
+
+from pilot_helpers import SIZE, make_app, on_screen, wait_until
+
+
+async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        # stage 0: SFT only (up from the default, full flow), full fine-tuning (down from LoRA)
+        await pilot.press("up", "enter", "tab", "tab", "down", "enter", "ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen"))
+        await wait_until(pilot, lambda: app.screen.counts, what="row counts")
+        app.screen.query_one("#datasets").focus()
+        await pilot.press("down", "space", "ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ModelScreen"))
+        await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "GpuScreen") and app.device_report is not None)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"))
+        # edit a value in place: `e` names any parameter, then its value
+        await pilot.press("e", *"warmup_ratio", "enter")
+        await wait_until(pilot, lambda: on_screen(app, "EditValue") and app.screen.key == "warmup_ratio")
+        await pilot.press(*"0.2", "enter")  # the current value is selected: typing replaces it
+        await wait_until(pilot, lambda: on_screen(app, "ConfigScreen") and app.state.edits)
+        diff = {row.parameter: row for row in app.screen.built.diff}
+        assert diff["warmup_ratio"].new == 0.2 and diff["warmup_ratio"].reason == "user-specified"
+        await pilot.press("ctrl+q")
+    run_id = app.state.run_id
+    assert app.exit_hint and f"--resume {run_id}" in app.exit_hint
+    saved = json.loads((workspace / "lf_runs" / run_id / "state.json").read_text())
+    assert saved["stage"] == "config" and saved["method"] == "full" and saved["scope"] == "sft"
+
+    again = make_app(workspace, resume=run_id)
+    async with again.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(again, "ConfigScreen"), what="reopened at config")
+        assert again.state.datasets == ["alpaca_demo"] and again.state.edits == {"warmup_ratio": 0.2}
+        assert again.screen.built.config["finetuning_type"] == "full"
+        # Esc walks back with the answers preselected
+        for screen in ("GpuScreen", "ModelScreen", "DataScreen", "FlowScreen"):
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: on_screen(again, screen), what=screen)
+        answers = again.screen.answers()
+        assert answers == {"scope": "sft", "execution": "run_here", "method": "full"}
+        board = str(again.screen.query_one("#board").render())
+        assert "[-] 5. Validate" in board and "[-] 6. Export" in board
+
+
+async def test_resume_of_an_unknown_run_says_so(workspace):
+    app = make_app(workspace, resume="no-such-run")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+    assert app.return_code == 2 and "No run 'no-such-run'" in app.exit_hint

@@ -1,0 +1,59 @@
+"""The "write the configs, I run them elsewhere" route: every YAML is shown, confirmed, written; nothing runs."""
+
+import yaml
+from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
+
+
+async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        # stage 0: keyboard only — execution is the second question: Tab to it, move down, select
+        await pilot.press("tab", "down", "enter", "ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="data screen")
+        assert app.state.execution == "write_only" and app.state.scope == "full"
+        await wait_until(pilot, lambda: app.screen.counts, what="row counts")
+        app.screen.query_one("#datasets").focus()
+        await pilot.press("down", "space", "ctrl+n")  # alpaca_demo: no placeholders
+        await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), what="model screen")
+        await wait_until(pilot, lambda: app.state.model_path, what="demo model resolved")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "GpuScreen") and app.device_report is not None)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), what="config screen")
+        shown = dict(app.screen.built.config)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="sft.yaml table")
+        table_rows = dict(app.screen.rows)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.screen.query("#continue") and app.screen.query_one("#continue").display,
+                         what="command shown")
+        run = workspace / "lf_runs" / app.state.run_id
+        assert yaml.safe_load((run / "sft.yaml").read_text()) == table_rows == shown
+        assert "lf-assistant train lf_runs/" in str(app.screen.query_one("#command").render())
+        assert not app.state.launched
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="infer.yaml table")
+        infer_rows = dict(app.screen.rows)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: on_screen(app, "ValidateScreen") and app.screen.query_one("#prompts-box").display)
+        app.screen.query_one("#run").press()
+        await wait_until(pilot, lambda: app.screen.query_one("#continue").display, what="validation commands")
+        assert yaml.safe_load((run / "infer.yaml").read_text()) == infer_rows
+        assert infer_rows["adapter_name_or_path"] == shown["output_dir"]
+        assert "lf-assistant chat lf_runs/" in str(app.screen.query_one("#chat-again").render())
+        assert (run / "prompts.txt").read_text().count("\n") == 3
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ExportScreen"), what="export screen")
+        assert app.screen.query_one("#export-dir").value == "models/lf-tiny-qwen3-merged"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="export.yaml table")
+        export_rows = dict(app.screen.rows)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: on_screen(app, "ExportScreen") and app.screen.query_one("#continue").display)
+        assert yaml.safe_load((run / "export.yaml").read_text()) == export_rows
+        assert export_rows["template"] == shown["template"] == infer_rows["template"]
+        assert "lf-assistant export" in str(app.screen.query_one("#export-result").render())
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "SummaryScreen"), what="summary")
+        assert "summary" in app.state.done and messages(app) == ""
+        assert (run / "status.json").is_file() and "running" not in (run / "status.json").read_text()
