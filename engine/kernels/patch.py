@@ -254,7 +254,29 @@ def _choose_backend(name: str, device: torch.device | str, backend: BackendChoic
         return "torch", None
     if explicit:
         require_triton(name, device)
-    return None, f"{name}: {triton_problem(device) or 'not picked by auto on ' + kind}"
+    return None, triton_problem(device) or f"auto does not use the Triton interpreter on {kind}"
+
+
+def _select(wanted: list[str], model: nn.Module, model_type: str | None, device: torch.device | str,
+            backend: BackendChoice, explicit: bool, require_logits: bool) -> tuple[dict[str, Backend], list[str]]:
+    """The backend of each kernel that will be applied, and notes for those left out (grouped by reason)."""
+    chosen: dict[str, Backend] = {}
+    notes: list[str] = []
+    left_out: dict[str, list[str]] = {}
+    for name in wanted:
+        problem = _model_problem(name, model, model_type, require_logits)
+        if problem and explicit:
+            raise ConfigError(f"kernel_config asks for {problem}. Remove it or use kernel_config: {{name: auto}}.")
+        if problem:
+            notes.append(problem)
+            continue
+        chosen_backend, reason = _choose_backend(name, device, backend, explicit)
+        if chosen_backend:
+            chosen[name] = chosen_backend
+        else:
+            left_out.setdefault(reason, []).append(name)
+    notes += [f"{', '.join(names)}: {reason}" for reason, names in left_out.items()]
+    return chosen, notes
 
 
 def apply_kernels(model: nn.Module, kernel_config: str | dict | list | None, *, device: torch.device | str,
@@ -272,16 +294,8 @@ def apply_kernels(model: nn.Module, kernel_config: str | dict | list | None, *, 
     model_type = getattr(getattr(base, "config", None), "model_type", None)
     wanted = selection if explicit else [
         name for name in KERNEL_NAMES if name != "gated_delta_rule" or model_type in _LINEAR_ATTENTION_TYPES]
-    plan, chosen = KernelPlan(), {}
-    for name in wanted:
-        problem = _model_problem(name, base, model_type, require_logits)
-        if problem is None:
-            chosen[name], problem = _choose_backend(name, device, backend, explicit)
-        elif explicit:
-            raise ConfigError(f"kernel_config asks for {problem}. Remove it or use kernel_config: {{name: auto}}.")
-        if problem:
-            plan.notes.append(problem)
-    chosen = {name: chosen_backend for name, chosen_backend in chosen.items() if chosen_backend}
+    chosen, notes = _select(wanted, base, model_type, device, backend, explicit, require_logits)
+    plan = KernelPlan(notes=notes)
     applied = _apply_module_kernels(base, model_type, chosen, plan.notes, explicit)
     if "cross_entropy" in chosen:
         base.loss_function = _with_backend(causal_lm_loss, chosen["cross_entropy"])

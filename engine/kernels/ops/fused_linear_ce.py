@@ -24,18 +24,24 @@ LinearReduction = Literal["sum", "mean"]
 
 def _chunk_loss_and_grad_torch(logits: torch.Tensor, labels: torch.Tensor, scale: torch.Tensor, ignore_index: int,
                                need_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Sum of the chunk's losses, and d(loss * scale)/d logits (in place in a fp32 buffer) when asked."""
+    """Sum of the chunk's losses, and d(loss * scale)/d logits when asked.
+
+    Works in place in one fp32 buffer (the logits themselves when they are fp32: nothing else reads them), so a
+    chunk costs one rows x vocab buffer and five passes over it: max, subtract, exp, sum, scale.
+    """
     logits32 = logits.float()
     valid = labels != ignore_index
     safe_labels = torch.where(valid, labels, 0)
     label_logit = logits32.gather(1, safe_labels[:, None]).squeeze(1)
-    lse = torch.logsumexp(logits32, dim=-1)
-    loss_sum = ((lse - label_logit) * valid).sum()
+    row_max = logits32.amax(dim=-1, keepdim=True)
+    exps = logits32.sub_(row_max).exp_()
+    sum_exp = exps.sum(dim=-1)
+    loss_sum = ((row_max.squeeze(1) + sum_exp.log() - label_logit) * valid).sum()
     if not need_grad:
         return loss_sum, None
-    grad = logits32.sub_(lse[:, None]).exp_()  # softmax, reusing the fp32 buffer
-    grad[torch.arange(grad.shape[0], device=grad.device), safe_labels] -= 1.0
-    grad.mul_((valid * scale)[:, None])
+    row_scale = valid * scale
+    grad = exps.mul_((row_scale / sum_exp)[:, None])  # softmax * scale
+    grad[torch.arange(grad.shape[0], device=grad.device), safe_labels] -= row_scale
     return loss_sum, grad.to(logits.dtype)
 
 
