@@ -25,7 +25,7 @@ from engine.errors import ConfigError
 from engine.kernels import module_patches as mp
 from engine.kernels.ops.cross_entropy import causal_lm_loss
 from engine.kernels.ops.fused_linear_ce import LinearReduction, _linear_cross_entropy
-from engine.kernels.ops.gated_delta_rule import chunk_gated_delta_rule
+from engine.kernels.ops.gated_delta_rule import causal_conv1d_segments, chunk_gated_delta_rule
 from engine.kernels.ops.rms_norm import CastMode
 from engine.kernels.ops.rope import rope
 from engine.kernels.runtime import (
@@ -125,6 +125,7 @@ def _patch_family(model: nn.Module, kernels: dict[str, Backend], family: _Family
         mp.route_function(modeling, "apply_rotary_pos_emb")
     if "gated_delta_rule" in kernels and classes["linear"]:
         mp.route_function(modeling, "torch_chunk_gated_delta_rule")
+        mp.route_function(modeling, "causal_conv1d_fn")
     hits: dict[str, int] = dict.fromkeys(kernels, 0)
     notes: list[str] = []
     for module in model.modules():
@@ -141,8 +142,10 @@ def _patch_family(model: nn.Module, kernels: dict[str, Backend], family: _Family
             mp.override_in_forward(module, "rope", {"apply_rotary_pos_emb": impl})
             hits["rope"] += 1
         elif "gated_delta_rule" in kernels and classes["linear"] and isinstance(module, classes["linear"]):
+            # the short convolution in front of the rule is replaced too, so packed sequences stay apart in both
             impl = _with_backend(chunk_gated_delta_rule, kernels["gated_delta_rule"])
-            mp.override_in_forward(module, "gated_delta_rule", {"torch_chunk_gated_delta_rule": impl})
+            mp.override_in_forward(module, "gated_delta_rule", {"torch_chunk_gated_delta_rule": impl,
+                                                                "causal_conv1d_fn": causal_conv1d_segments})
             hits["gated_delta_rule"] += 1
     return [name for name in KERNEL_NAMES if hits.get(name)], notes
 

@@ -86,3 +86,22 @@ def test_bf16_inputs_keep_their_dtype():
     ref, _ = recurrent_gated_delta_rule_reference(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)
+
+
+def test_patched_linear_attention_layer_keeps_packed_sequences_apart(make_tiny_model):
+    """A Qwen3.5 GatedDeltaNet layer on two packed sequences (cu_seq_lens_q) = the layer on each alone.
+
+    Stock transformers refuses this input without `fla`; the patch handles both the convolution and the rule.
+    """
+    from engine.kernels import apply_kernels
+
+    model = make_tiny_model("qwen3_5_text")
+    apply_kernels(model, "gated_delta_rule", device="cpu", backend="torch")
+    layer = model.model.layers[0].linear_attn
+    generator = torch.Generator().manual_seed(0)
+    first, second = torch.randn(1, 11, 48, generator=generator), torch.randn(1, 70, 48, generator=generator)
+    packed = layer(torch.cat([first, second], dim=1), cu_seq_lens_q=torch.tensor([0, 11, 81], dtype=torch.int32))
+    alone = torch.cat([layer(first), layer(second)], dim=1)
+    torch.testing.assert_close(packed, alone, **TOL)
+    mixed = layer(torch.cat([first, second], dim=1))  # without the boundaries the second sequence sees the first
+    assert not torch.allclose(mixed[:, 11:], alone[:, 11:], atol=1e-3)

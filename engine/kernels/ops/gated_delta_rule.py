@@ -11,7 +11,8 @@ autograd graph of every chunk, in torch or as one Triton kernel each way.
 Argument names and shapes follow transformers' `torch_chunk_gated_delta_rule` (and fla's): q, k [B, T, Hk, K],
 v [B, T, Hv, V], g and beta [B, T, Hv]; Hv may be a multiple of Hk (grouped heads). With `cu_seqlens` (packed
 sequences, B == 1) the state restarts at every sequence start, and `initial_state` / the final state have one entry
-per sequence.
+per sequence. `causal_conv1d_segments` is the short convolution in front of the rule, restarting at the same
+sequence starts, so that a packed batch trains exactly like its sequences one by one.
 """
 
 from __future__ import annotations
@@ -183,3 +184,22 @@ def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size: int = 64, ini
         outs.append(out)
         finals.append(final)
     return torch.cat(outs, dim=1), torch.cat(finals, dim=0) if output_final_state else None
+
+
+def causal_conv1d_segments(hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                           activation: str | None = None, cu_seq_lens_q: torch.Tensor | None = None,
+                           **_: object) -> torch.Tensor:
+    """GatedDeltaNet's depthwise causal convolution ([B, C, T], weight [C, W]), restarted at each packed sequence.
+
+    Without `cu_seq_lens_q` it is transformers' torch `causal_conv1d_fn`; with it (B == 1), no token sees the
+    last W - 1 tokens of the previous sequence, which the stock fallback would mix in.
+    """
+    if activation not in (None, "silu", "swish"):
+        raise ValueError(f"causal_conv1d_segments supports silu or no activation, got {activation!r}")
+    length, width = hidden_states.shape[-1], weight.shape[-1]
+    bounds = [0, length] if cu_seq_lens_q is None else cu_seq_lens_q.tolist()
+    x = hidden_states.to(weight.dtype)
+    pieces = [F.conv1d(x[..., start:end], weight.unsqueeze(1), bias, padding=width - 1,
+                       groups=x.shape[1])[..., : end - start] for start, end in zip(bounds[:-1], bounds[1:])]
+    out = torch.cat(pieces, dim=-1)
+    return (F.silu(out) if activation else out).to(hidden_states.dtype)
