@@ -89,12 +89,11 @@ def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
             typer.echo(f"  step {last_step}/{status.get('total_steps')} loss {status['loss']:.4f}")
         time.sleep(1.0)
     status = run.read_status()
-    state = status.get("state")
-    if state not in ("completed", "failed", "stopped"):
-        state = "failed"
+    if status.get("state") not in ("completed", "failed", "stopped"):
         reason = f"training processes exited with code {process.returncode} before recording an end"
         run.append_event("failed", reason=reason)
-        run.update_status(state=state, exit_reason=reason, finished_at=time.time())
+        status = run.update_status(state="failed", exit_reason=reason, finished_at=time.time())
+    state = status.get("state")
     typer.echo(f"{state}: {status.get('step')} steps; {status.get('exit_reason') or ''}".rstrip("; "))
     if state != "completed":
         typer.echo(f"  see {run.log_path}", err=True)

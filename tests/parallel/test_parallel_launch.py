@@ -120,3 +120,21 @@ def test_fsdp2_recipe_saves_full_weights_and_resumes_exactly(demo_model_dir, tmp
     first, second = (load_file(tmp_path / name / "adapter_model.safetensors") for name in ("lora", "resumed"))
     assert first.keys() == second.keys() and all((first[k] == second[k]).all() for k in first)
     PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(demo_model_dir), tmp_path / "lora")
+
+
+@pytest.mark.multiproc
+def test_sequence_parallel_training_equals_single_device_training(demo_model_dir, tmp_path):
+    """sp=2 over DDP, over FSDP2 and with gradient checkpointing trains exactly as one process does."""
+    from workers import recipe_config
+
+    runs = run_workers(["composed_recipe"], demo_model_dir, tmp_path / "sp")["composed_recipe"][0]
+    config = recipe_config(str(demo_model_dir), tmp_path, output_dir=str(tmp_path / "single"),
+                           finetuning_type="lora", max_steps=3, learning_rate=5e-2, save_steps=100)
+    single = engine.train(config, runs_dir=tmp_path / "runs").metrics()
+    expected_loss = [m["loss"] for m in single if "loss" in m]
+    expected_norm = [m["grad_norm"] for m in single if "grad_norm" in m]
+    assert len(expected_loss) == 3 and expected_loss[-1] < expected_loss[0]
+    for name, run in runs.items():
+        assert run["state"] == "completed" and run["strategy"] == "ulysses", name
+        assert run["losses"] == pytest.approx(expected_loss, abs=1e-5), name
+        assert run["grad_norms"] == pytest.approx(expected_norm, rel=1e-4), name

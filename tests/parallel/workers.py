@@ -231,6 +231,27 @@ def case_fsdp_recipe(model_dir: str, out: Path) -> dict:
     return results
 
 
+def case_composed_recipe(model_dir: str, out: Path) -> dict:
+    """Ulysses sp=2 over DDP, over FSDP2, and with gradient checkpointing: the same training, the same losses."""
+    from engine.recipes.sft import train
+    from engine.rundir import RunDir
+
+    results = {}
+    variants = {"sp_ddp": (None, False), "sp_fsdp2": ("full_shard", False), "sp_ddp_checkpointing": (None, True)}
+    for name, (fsdp, checkpointing) in variants.items():
+        config = recipe_config(model_dir, out, output_dir=str(out / name), finetuning_type="lora", max_steps=3,
+                               learning_rate=5e-2, cp_size=2, save_steps=100, gradient_checkpointing=checkpointing)
+        config.fsdp = fsdp
+        run = RunDir(out / f"run-{name}")
+        run.path.mkdir(exist_ok=True)
+        status = train(config, run)
+        results[name] = {"state": status.get("state"), "strategy": run.read_status().get("parallel"),
+                         "losses": [m["loss"] for m in run.read_metrics() if "loss" in m],
+                         "grad_norms": [m["grad_norm"] for m in run.read_metrics() if "grad_norm" in m]}
+        dist.barrier()
+    return results
+
+
 class _Config:
     """The two fields strategies read from a TrainConfig."""
 
@@ -243,6 +264,7 @@ CASES = {
     "fsdp2": lambda model_dir, out: case_data_parallel("fsdp2", model_dir, out),
     "sp": case_sequence_parallel,
     "fsdp_recipe": case_fsdp_recipe,
+    "composed_recipe": case_composed_recipe,
 }
 
 
