@@ -1,0 +1,104 @@
+"""The whole flow on the demo model and demo data, answered as a user would, then checked on disk."""
+
+import json
+
+import pytest
+import yaml
+from pilot_helpers import SIZE, make_app, on_screen, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+async def _answer_until_training(pilot, app):
+    await pilot.press("ctrl+n")  # stage 0 defaults: full flow, run here, LoRA
+    await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts, what="data listed")
+    app.screen.query_one("#datasets").focus()
+    await pilot.press("space", "ctrl+n")  # identity, which has {{name}} and {{author}}
+    await wait_until(pilot, lambda: on_screen(app, "AskValues"), what="placeholder values asked")
+    await pilot.press(*"Lab", "enter", *"Ada", "enter")
+    await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.state.model_path, what="model")
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "GpuScreen") and app.device_report is not None)
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), what="config")
+    # Enter on a row of the parameter table edits it in place
+    table = app.screen.query_one("#params")
+    table.move_cursor(row=list(app.screen.built.config).index("lora_rank") if app.screen.show_all else
+                      app.screen.stage.settings["key_params"].index("lora_rank"))
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: on_screen(app, "EditValue"), what="edit dialog")
+    await pilot.press(*"4", "enter")
+    await wait_until(pilot, lambda: on_screen(app, "ConfigScreen") and app.state.edits == {"lora_rank": 4})
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="sft.yaml table")
+    rows = dict(app.screen.rows)
+    await pilot.press("y")
+    return rows
+
+
+async def test_full_flow_trains_validates_and_exports(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        train_rows = await _answer_until_training(pilot, app)
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.get("state")
+                         in ("completed", "failed", "stopped"), timeout=240, what="training to end")
+        assert app.screen.status["state"] == "completed", app.screen.status
+        assert "completed" in str(app.screen.query_one("#run-state").render())
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "LossScreen"))
+        assert "training_loss.png" in str(app.screen.query_one("#loss-info").render())
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="infer.yaml table")
+        infer_rows = dict(app.screen.rows)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: on_screen(app, "ValidateScreen") and app.screen.query_one("#prompts-box").display)
+        app.screen.query_one("#prompts").text = "Who are you?\nWhat is your name?"
+        await pilot.press("tab", "enter")  # from the prompts to the Run button
+        await wait_until(pilot, lambda: app.state.validated, timeout=240, what="validation")
+        assert "lf-assistant chat lf_runs/" in str(app.screen.query_one("#chat-again").render())
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ExportScreen"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="export.yaml table")
+        export_rows = dict(app.screen.rows)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: on_screen(app, "ExportScreen") and app.screen.query_one("#run").display)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.state.exported, timeout=240, what="export")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "SummaryScreen"))
+        summary = str(app.screen.query_one("#summary").render())
+    run = workspace / "lf_runs" / app.state.run_id
+    assert app.state.run_id.startswith("lf-tiny-qwen3_lora_")
+    config = yaml.safe_load((run / "sft.yaml").read_text())
+    assert config == train_rows and config["lora_rank"] == 4 and config["dataset"] == "identity_custom"
+    assert {"parameter": "lora_rank", "default": 8, "new": 4, "reason": "user-specified"} in app.state.diff
+    assert yaml.safe_load((run / "infer.yaml").read_text()) == infer_rows
+    assert yaml.safe_load((run / "export.yaml").read_text()) == export_rows
+    assert config["template"] == infer_rows["template"] == export_rows["template"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "completed" and status["step"] == status["total_steps"] == 20
+    assert json.loads((run / "device.json").read_text())["platform"] == "cpu"
+    losses = [m["loss"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
+    assert losses[-1] < losses[0]
+    output = workspace / "saves" / "lf-tiny-qwen3" / "lora"
+    adapter = next(output.iterdir())
+    assert (adapter / "adapter_config.json").is_file() and (adapter / "training_loss.png").is_file()
+    from safetensors.numpy import load_file
+
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and any(abs(v).max() > 0 for v in lora_b)  # B starts at zero: non-zero means it trained
+    answers = [json.loads(line) for line in (run / "validation.jsonl").read_text().splitlines()]
+    assert [a["prompt"] for a in answers] == ["Who are you?", "What is your name?"]
+    assert all("base" in a and "tuned" in a for a in answers)
+    exported = workspace / "models" / "lf-tiny-qwen3-merged"
+    assert str(exported) in summary or "models/lf-tiny-qwen3-merged" in summary
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(exported)
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                        return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=3, do_sample=False)
+    assert out.shape[-1] == ids["input_ids"].shape[-1] + 3

@@ -1,0 +1,80 @@
+"""Training killed mid-run is resumed through --resume from its newest complete checkpoint, to completion; a run
+still going when the TUI closes is reattached, not relaunched."""
+
+import json
+import os
+import signal
+
+import pytest
+from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
+
+from engine.rundir import RunDir, find_complete_checkpoints
+
+pytestmark = pytest.mark.slow
+
+
+async def _edit(pilot, app, key: str, value: str) -> None:
+    await pilot.press("e", *key, "enter")
+    await wait_until(pilot, lambda: on_screen(app, "EditValue") and app.screen.key == key, what=f"edit {key}")
+    await pilot.press(*value, "enter")
+    await wait_until(pilot, lambda: on_screen(app, "ConfigScreen") and key in app.state.edits, what=f"{key} set")
+
+
+async def _launch_long_run(pilot, app) -> None:
+    await pilot.press("up", "enter", "ctrl+n")  # SFT only
+    await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts)
+    app.screen.query_one("#datasets").focus()
+    await pilot.press("down", "space", "ctrl+n")  # alpaca_demo
+    await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.state.model_path)
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "GpuScreen") and app.device_report is not None)
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"))
+    await _edit(pilot, app, "num_train_epochs", "8")  # 80 steps: long enough to be killed half-way
+    await _edit(pilot, app, "save_steps", "5")
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"))
+    await pilot.press("y")
+    await wait_until(pilot, lambda: app.state.launched, what="launch")
+
+
+async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _launch_long_run(pilot, app)
+        run = RunDir(workspace / "lf_runs" / app.state.run_id)
+        output_dir = app.state.output_dir
+        await wait_until(pilot, lambda: find_complete_checkpoints(output_dir), timeout=180, what="a checkpoint")
+        status = run.read_status()
+        assert status["state"] == "running" and status["step"] < status["total_steps"]
+        os.killpg(status["pid"], signal.SIGKILL)  # the run's own session: the training process and its children
+        await wait_until(pilot, lambda: app.screen.status.get("state") == "failed", timeout=30, what="failure seen")
+        assert "resume" in messages(app)
+        await pilot.press("ctrl+q")
+    killed_at = max(int(p.name.split("-")[1]) for p in find_complete_checkpoints(output_dir))
+
+    again = make_app(workspace, resume=app.state.run_id)
+    async with again.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(again, "TrainScreen") and again.screen.status.get("state") ==
+                         "failed", what="reopened on the failed run")
+        assert "newest complete checkpoint" in messages(again)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: again.screen.status.get("state") == "running", timeout=60, what="resumed")
+        await pilot.press("ctrl+q")  # the run goes on without the TUI
+    assert run.read_status()["state"] in ("running", "completed")
+
+    third = make_app(workspace, resume=app.state.run_id)
+    async with third.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(third, "TrainScreen"))
+        assert third.resume_action in ("reattach", "after_training")
+        if third.resume_action == "reattach":
+            await wait_until(pilot, lambda: third.screen.status.get("state") == "completed", timeout=300,
+                             what="completion")
+    status = run.read_status()
+    assert status["state"] == "completed" and status["step"] == status["total_steps"] == 80
+    events = run.read_events()
+    kinds = [e["event"] for e in events]
+    assert "resume_requested" in kinds and kinds.count("launched") == 2
+    resumed = next(e for e in events if e["event"] == "resumed")
+    assert resumed["step"] == killed_at  # continued from the newest complete checkpoint, not from step 0
+    assert json.loads((run.path / "state.json").read_text())["launched"] is True
