@@ -1,0 +1,148 @@
+"""Where a training step's time goes on this machine: data, forward (with the loss), backward, optimizer.
+
+    python benchmarks/profile_step.py [--strategy packed] [--dataset skewed] [--steps 20] [--method lora]
+                                      [--threads N] [--ops 15]
+
+Runs the SFT step exactly as engine/recipes/sft.py does (same batcher, same loss, same token-count normalisation)
+on the tiny demo model and the benchmark datasets of compare_peers.py, and times each phase with wall and CPU
+clocks (CPU work is synchronous, so a phase's wall time is its own). ``--ops N`` adds torch.profiler's N most
+expensive operators (self CPU time), so the next improvement is chosen by measurement: e.g. how much of the
+forward is attention, the LM head or the cross-entropy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def build(args, root: Path):
+    """(model, optimizer, batcher, params) as the recipe builds them, on the benchmark data."""
+    import torch
+
+    from compare_peers import DATASETS, SETTINGS, write_dataset
+    from engine.config import TrainConfig
+    from engine.data import SFTCollator, encode_supervised, load_examples
+    from engine.data.templates import get_template
+    from engine.methods import get_method
+    from engine.models.demo import build_demo_model
+    from engine.models.loading import load_model, load_tokenizer
+    from engine.training.batching import build_batcher
+
+    model_dir = build_demo_model("lf-tiny-qwen3", root / "model")
+    cutoff = DATASETS[args.dataset]["cutoff_len"]
+    name = write_dataset(root / "data", args.dataset, (args.steps + args.warmup) * SETTINGS["batch"])
+    config = TrainConfig(model_name_or_path=str(model_dir), finetuning_type=args.method, lora_target="all",
+                         lora_rank=SETTINGS["lora_rank"], lora_alpha=SETTINGS["lora_alpha"], lora_dropout=0.0,
+                         cutoff_len=cutoff, per_device_train_batch_size=SETTINGS["batch"],
+                         batching_strategy=args.strategy, seed=SETTINGS["seed"])
+    tokenizer = load_tokenizer(model_dir)
+    samples = encode_supervised(load_examples(name, root / "data"), tokenizer, get_template("qwen", tokenizer), cutoff)
+    model = get_method(args.method).prepare(load_model(model_dir, dtype="float32", device="cpu"), config)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=SETTINGS["lr"])
+    batcher = build_batcher(config, samples, SFTCollator(pad_token_id=tokenizer.pad_token_id))
+    return model, optimizer, batcher, params
+
+
+def timed_step(model, optimizer, batcher, params, group, clock) -> int:
+    """One optimizer step, phase by phase; returns the real input tokens it trained on."""
+    import torch
+
+    from engine.training.loss import causal_lm_loss_sum, trained_tokens
+
+    with clock("data"):
+        micro_batches = [batcher.collate(ids) for ids in group]
+        denominator = max(sum(trained_tokens(b) for b in micro_batches), 1)
+    for batch in micro_batches:
+        with clock("forward"):
+            loss_sum, _ = causal_lm_loss_sum(model, batch)
+            loss = loss_sum / denominator
+        with clock("backward"):
+            loss.backward()
+    with clock("optimizer"):
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return sum(int(b["attention_mask"].sum()) for b in micro_batches)
+
+
+class PhaseClock:
+    """Accumulates wall and CPU seconds per phase (``with clock("forward"): ...``)."""
+
+    def __init__(self) -> None:
+        self.wall = dict.fromkeys(PHASES, 0.0)
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+        self.enabled = False
+
+    def __call__(self, phase: str):
+        clock = self
+
+        class _Span:
+            def __enter__(self):
+                self.start = (time.perf_counter(), time.process_time())
+
+            def __exit__(self, *exc):
+                if clock.enabled:
+                    clock.wall[phase] += time.perf_counter() - self.start[0]
+                    clock.cpu[phase] += time.process_time() - self.start[1]
+
+        return _Span()
+
+
+def report(clock: PhaseClock, steps: int, tokens: int, args) -> None:
+    total_wall, total_cpu = sum(clock.wall.values()), sum(clock.cpu.values())
+    print(f"\n{args.strategy} batching, {args.dataset} data, {args.method}, {steps} steps of "
+          f"{tokens / steps:.0f} real tokens: {tokens / total_wall:.0f} tok/s, {tokens / total_cpu:.0f} tok/CPU-s")
+    print(f"{'phase':<11}{'ms/step':>9}{'share':>8}{'CPU ms/step':>13}")
+    for phase in PHASES:
+        print(f"{phase:<11}{1000 * clock.wall[phase] / steps:>9.1f}{clock.wall[phase] / total_wall:>8.1%}"
+              f"{1000 * clock.cpu[phase] / steps:>13.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strategy", default="packed", choices=("padded", "bucketed", "packed", "dynamic"))
+    parser.add_argument("--dataset", default="skewed", choices=("skewed", "uniform"))
+    parser.add_argument("--method", default="lora", choices=("lora", "full"))
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2, help="steps run first and not counted")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--ops", type=int, default=0, help="also list the N most expensive torch operators")
+    args = parser.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, optimizer, batcher, params = build(args, Path(tempfile.mkdtemp(prefix="lfa-profile-")))
+    groups = [g for epoch in range(3) for g in batcher.groups(epoch)][:args.warmup + args.steps]
+    clock = PhaseClock()
+    for group in groups[:args.warmup]:
+        timed_step(model, optimizer, batcher, params, group, clock)
+    clock.enabled = True
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.ops else None
+    tokens = 0
+    if profiler:
+        profiler.__enter__()
+    for group in groups[args.warmup:]:
+        tokens += timed_step(model, optimizer, batcher, params, group, clock)
+    if profiler:
+        profiler.__exit__(None, None, None)
+    report(clock, len(groups) - args.warmup, tokens, args)
+    if profiler:
+        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.ops))
+
+
+if __name__ == "__main__":
+    main()
