@@ -16,7 +16,7 @@ from typing import Any, Callable
 from engine.config import TrainConfig, config_to_dict, dump_yaml, parse_overrides, read_yaml
 from engine.config import validate as _validate
 from engine.config.loader import build_dataclass
-from engine.config.train import ACCEPTED_FOREIGN_KEYS
+from engine.config.train import ACCEPTED_FOREIGN_KEYS, KEY_ALIASES
 from engine.errors import ConfigError, EngineError
 from engine.rundir import RunDir, new_run_id, runs_root
 
@@ -33,6 +33,12 @@ def load_config(source: str | Path | dict[str, Any], *overrides: str, **kw_overr
         data, config_dir = read_yaml(source), str(Path(source).resolve().parent)
     data.update(parse_overrides(list(overrides)))
     data.update(kw_overrides)
+    for alias, key in KEY_ALIASES.items():
+        if alias in data:
+            value = data.pop(alias)
+            if key in data and data[key] not in (None, value, 1):
+                raise ConfigError(f"{alias}={value} and {key}={data[key]} disagree; keep one of them.")
+            data[key] = value
     config, _ignored = build_dataclass(TrainConfig, data, accepted_foreign=ACCEPTED_FOREIGN_KEYS,
                                        source=str(source) if not isinstance(source, dict) else "config")
     config.config_dir = config_dir
@@ -137,6 +143,7 @@ def train(config: TrainConfig | str | Path | dict, *, detach: bool = False, runs
     if not isinstance(config, TrainConfig):
         config = load_config(config)
     resolved, run = prepare_run(config, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir)
+    nproc_per_node = nproc_per_node or resolved.nproc_per_node
     if detach or (nproc_per_node or 1) > 1:
         handle = RunHandle(run, launch_detached(run, resolved.stage, env=env, nproc_per_node=nproc_per_node))
         if not detach:

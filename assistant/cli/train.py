@@ -20,6 +20,8 @@ def train(
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Name the run folder (default model_method_time)."),
     check: bool = typer.Option(False, "--check", help="Only validate the config and list every problem."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="Processes on this machine "
+                                                 "(torchrun); default: from the GPU choice or the config."),
 ) -> None:
     """Fine-tune a model from a YAML config. Writes lf_runs/<run_id>/ (config, log, metrics, status) and the
     adapter or model into output_dir."""
@@ -42,8 +44,18 @@ def train(
     if check:
         console.print(f"[green]{config}: no problems found.[/]")
         return
-    if detach:
-        handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id)
+    if nproc_per_node:
+        cfg.nproc_per_node = nproc_per_node
+    if detach or (cfg.nproc_per_node or 1) > 1:
+        handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id, nproc_per_node=cfg.nproc_per_node)
+        if not detach:
+            console.print(f"run [bold]{handle.run_id}[/] started with {cfg.nproc_per_node} processes")
+            status = handle.wait()
+            console.print(f"[bold]{status.get('state')}[/]: {status.get('exit_reason') or ''}")
+            console.print(f"  run folder : {handle.path}\n  output     : {status.get('output_dir')}")
+            if status.get("state") != "completed":
+                raise typer.Exit(1)
+            return
         console.print(f"started run [bold]{handle.run_id}[/] (pid {handle.process.pid})")
         console.print(f"  folder: {handle.path}")
         console.print(f"  follow: lf-assistant status {handle.run_id} --follow")

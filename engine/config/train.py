@@ -117,7 +117,11 @@ class TrainConfig:
     eval_steps: int | None = opt(None, "Compute the eval loss every N steps (default: logging_steps x 10).")
     eval_strategy: str = opt("steps", "When to evaluate when eval data exists.", choices=("steps", "no"))
     deepspeed: str | None = opt(None, "DeepSpeed JSON config (multi-GPU, needs the deepspeed extra).")
-    cp_size: int = opt(1, "Ulysses sequence-parallel size (context parallel).")
+    cp_size: int = opt(1, "Ulysses sequence-parallel size (context parallel; also read as ulysses_size).")
+    nproc_per_node: int | None = opt(
+        None, "Processes per node (several devices, or N CPU processes for testing). Empty: from the GPU choice.")
+    fsdp: str | None = opt(
+        None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted).")
 
     # Set by load_config, not a YAML key: the folder of the file the config came from.
     config_dir: str | None = field(default=None, repr=False, metadata={"internal": True})
@@ -136,6 +140,9 @@ class TrainConfig:
     def base_dir(self) -> Path:
         return Path(self.config_dir) if self.config_dir else Path.cwd()
 
+
+# Other names for our keys, as other tools spell them.
+KEY_ALIASES = {"ulysses_size": "cp_size", "sequence_parallel_size": "cp_size", "context_parallel_size": "cp_size"}
 
 # Keys other tools put in their YAML that only tune performance or logging there. We accept them and say so
 # once in the log, rather than refusing a user's existing LLaMA-Factory config.

@@ -170,7 +170,7 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            input_tokens = int(strategy.sum_across_ranks(sum(int(b["attention_mask"].sum()) for b in micro_batches)))
+            input_tokens = int(strategy.sum_across_ranks(sum(input_token_count(b) for b in micro_batches)))
             step_tokens = int(strategy.sum_across_ranks(step_tokens))
             step_loss = strategy.sum_across_ranks(loss_sum_seen) / max(step_tokens, 1)  # mean over the global step
             if strategy.any_rank(stop.requested) and not stop.requested:
@@ -229,6 +229,12 @@ def autocast(precision):
     if precision.autocast_dtype is None:
         return torch.autocast("cpu", enabled=False)
     return torch.autocast(precision.device.type, dtype=precision.autocast_dtype)
+
+
+def input_token_count(batch: dict) -> int:
+    """Real (non-padding) input tokens; packed rows carry no attention mask and no padding."""
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
 
 
 def to_device(batch: dict, device: torch.device) -> dict:

@@ -16,7 +16,6 @@ def save(model, out_dir: Path) -> None:
 
 
 def load_for_resume(model, checkpoint: Path) -> None:
-    from transformers.modeling_utils import load_sharded_checkpoint  # noqa: F401  (kept for sharded saves)
     from safetensors.torch import load_file
 
     files = sorted(checkpoint.glob("model*.safetensors"))
