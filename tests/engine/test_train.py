@@ -84,9 +84,10 @@ def test_gradient_accumulation_normalises_by_tokens(demo_model_dir, tmp_path):
         torch.testing.assert_close(weights_a[key], weights_b[key], atol=1e-5, rtol=1e-4)
 
 
-def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path):
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path, method):
     common = dict(max_steps=8, save_steps=4, logging_steps=1, lr_scheduler_type="cosine", warmup_ratio=0.2,
-                  lora_dropout=0.1)
+                  lora_dropout=0.1, finetuning_type=method, learning_rate=5e-3 if method == "lora" else 1e-3)
     straight = engine.train(tiny_config(demo_model_dir, tmp_path / "a", **common), runs_dir=tmp_path / "runs")
     # The same run stopped after step 4 (it saves checkpoint-4), then resumed with resume_from_checkpoint: auto.
     from engine.training.loop import StopFlag
@@ -99,8 +100,9 @@ def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path):
                                        overwrite_output_dir=True), runs_dir=tmp_path / "runs")
     assert any(e["event"] == "resumed" for e in resumed.run.read_events())
     assert losses(resumed)[-1] == pytest.approx(losses(straight)[-1], abs=1e-5)
-    a = load_file(Path(straight.status()["output_dir"]) / "adapter_model.safetensors")
-    b = load_file(Path(resumed.status()["output_dir"]) / "adapter_model.safetensors")
+    weights = "adapter_model.safetensors" if method == "lora" else "model.safetensors"
+    a = load_file(Path(straight.status()["output_dir"]) / weights)
+    b = load_file(Path(resumed.status()["output_dir"]) / weights)
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-5)
 
