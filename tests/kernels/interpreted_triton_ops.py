@@ -1,13 +1,20 @@
 """Every Triton kernel, forward and backward, against its torch reference, on CPU under TRITON_INTERPRET=1.
 
+Run by `test_triton_interpreter.py` in a fresh process: the interpreter only works when TRITON_INTERPRET=1 is set
+before anything imports `triton` (its standard-library functions are jitted at import), and in a test session peft
+or torch may already have imported it. Running this file directly also works: `pytest tests/kernels/interpreted_...`.
+
 Shapes are small and deliberately awkward: sizes that are not powers of two, tails that do not fill a block,
-non-contiguous inputs. fp32 must agree to 1e-5; bf16 to torch.testing's bf16 defaults (rtol 1.6e-2, atol 1e-5),
-which is also the tolerance the GPU tests use (`test_gpu.py`).
+non-contiguous inputs. fp32 must agree to 1e-5; bf16 to torch.testing's bf16 defaults (rtol 1.6e-2, atol 1e-5), and
+bf16 gradients must be no worse than the eager bf16 module's (see `assert_no_worse_than_eager`).
 """
 
 import os
+import sys
 
-# Before anything imports a Triton kernel module: @triton.jit picks the interpreter when it decorates.
+if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+    raise RuntimeError("triton was imported before TRITON_INTERPRET=1: run this file in a fresh process "
+                       "(tests/kernels/test_triton_interpreter.py does)")
 os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
