@@ -120,6 +120,7 @@ STRINGS: dict[str, str] = {
     "data.checked": "{rows} rows, format {format}: {errors} error(s), {warnings} warning(s).",
     "data.more_problems": "… and {count} more problems.",
     "data.check_first": "Check a file first (Enter in the path field).",
+    "data.adding": "Bringing the file in…",
     "data.added": "Added {name}: copied into {folder} and registered in dataset_info.json.",
     "data.no_folder": "No dataset folder yet: enter one that holds dataset_info.json and press Enter.",
     "data.fill_title": "{name} contains placeholders. Give their values; a filled copy is registered as {name}{suffix}.",

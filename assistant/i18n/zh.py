@@ -120,6 +120,7 @@ STRINGS: dict[str, str] = {
     "data.checked": "{rows} 行，格式 {format}：{errors} 个错误，{warnings} 个警告。",
     "data.more_problems": "……另有 {count} 个问题。",
     "data.check_first": "请先校验文件（在路径框中按回车）。",
+    "data.adding": "正在导入文件…",
     "data.added": "已添加 {name}：复制到 {folder} 并注册到 dataset_info.json。",
     "data.no_folder": "还没有数据目录：请输入一个包含 dataset_info.json 的目录并回车。",
     "data.fill_title": "{name} 含有模板变量。请填写取值；填好的副本将注册为 {name}{suffix}。",

@@ -35,7 +35,7 @@ def _default_detector() -> Any:
 class WizardApp(App):
     """The wizard. `state` is the single source of truth for answers; screens change it only via commit/advance."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "lf-assistant"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [Binding("ctrl+q", "quit_wizard", show=False, priority=True),

@@ -35,6 +35,24 @@ class FileChecked(Message):
         self.path, self.report, self.problems = path, report, problems
 
 
+class Onboarded(Message):
+    def __init__(self, outcome: Any) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+class Filled(Message):
+    def __init__(self, outcome: Any, values: dict) -> None:
+        super().__init__()
+        self.outcome, self.values = outcome, values
+
+
+class FixAccepted(Message):
+    def __init__(self, state: Any) -> None:
+        super().__init__()
+        self.state = state
+
+
 class PlaceholdersFound(Message):
     def __init__(self, found: dict[str, list[str]]) -> None:
         super().__init__()

@@ -1,13 +1,11 @@
 """Fixtures for driving the real TUI with Pilot: a working folder holding the demo data and the demo model."""
 
 import shutil
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FIXED_TIME = datetime(2026, 1, 2, 3, 4, 5)
 
 
 @pytest.fixture()

@@ -1,9 +1,12 @@
 """Helpers for Pilot tests: fake detector output, the app factory, and waiting for background work."""
 
 import time
+from datetime import datetime
 from pathlib import Path
 
 SIZE = (80, 24)
+# Run ids carry their start time; snapshots fix it so the board shows the same id every time.
+FIXED_TIME = datetime(2026, 1, 2, 3, 4, 5)
 
 
 def cpu_only():

@@ -9,7 +9,7 @@ import yaml
 from assistant import i18n
 from assistant.tui.screens import SCREENS
 from assistant.wizard.skill import SKILLS_DIR, parse_skill
-from assistant.wizard.state import WizardState, load_state, new_state, rename_for_model, save_state
+from assistant.wizard.state import load_state, new_state, rename_for_model, save_state
 from engine.errors import ConfigError
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from assistant.wizard.skill import Stage
     from assistant.wizard.state import WizardState
 
-COMMON_KEYS = [("Tab", "key.move"), ("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit")]
+COMMON_KEYS = [("Tab", "key.move"), ("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit"), ("F2", "key.runs")]
 
 
 class StageScreen(Screen):

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.widgets import Button, DataTable, Label, Static
 
 from assistant.i18n import t
-from assistant.tui.messages import ConfigChecked
+from assistant.tui.messages import ConfigChecked, FixAccepted
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.dialogs import EditValue, fill_table, fmt_value
 from assistant.wizard import build, estimate
@@ -178,15 +178,20 @@ class ConfigScreen(StageScreen):
             self._show()
 
     def action_accept_fix(self) -> None:
-        if not self.advice:
-            return
-        mix_rows = None
-        if self.advice.mix_dataset:
-            rows, chars = count_rows(self.state.dataset_dir, self.advice.mix_dataset)
-            mix_rows = rows
-            self.wizard.commit(self.state.replace(dataset_chars=dict(self.state.dataset_chars,
-                                                                     **{self.advice.mix_dataset: chars})))
-        self.wizard.commit(config_stage.accept_advice(self.state, self.advice, mix_rows=mix_rows))
+        if self.advice and (self.advice.suggestions or self.advice.mix_dataset):
+            self.accept_fix(self.advice)
+
+    @work(thread=True, exclusive=True, group="fix")
+    def accept_fix(self, advice: config_stage.Advice) -> None:
+        """Counting the rows of the dataset mixed in reads it whole: off the event loop."""
+        state, mix_rows = self.state, None
+        if advice.mix_dataset:
+            mix_rows, chars = count_rows(state.dataset_dir, advice.mix_dataset)
+            state = state.replace(dataset_chars=dict(state.dataset_chars, **{advice.mix_dataset: chars}))
+        self.post_message(FixAccepted(config_stage.accept_advice(state, advice, mix_rows=mix_rows)))
+
+    def on_fix_accepted(self, message: FixAccepted) -> None:
+        self.wizard.commit(message.state)
         self.rebuild()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

@@ -13,7 +13,8 @@ from textual.widgets import Button, Checkbox, Input, Label, RadioSet, SelectionL
 from textual.widgets.selection_list import Selection
 
 from assistant.i18n import t
-from assistant.tui.messages import DatasetsListed, FileChecked, PlaceholdersFound, PreviewLoaded, RowsCounted
+from assistant.tui.messages import (DatasetsListed, FileChecked, Filled, Onboarded, PlaceholdersFound, PreviewLoaded,
+                                    RowsCounted)
 from assistant.tui.screens.base import COMMON_KEYS, StageScreen
 from assistant.tui.widgets.dialogs import AskValues
 from assistant.tui.widgets.question import QuestionSet
@@ -21,6 +22,8 @@ from assistant.wizard.stages import data
 from assistant.wizard.stages.train import display_path
 
 PREVIEW_CHARS = 160
+# Every problem is listed (the area scrolls); past this many the file is not the right format at all.
+PROBLEMS_SHOWN = 500
 
 
 def preview_markup(examples: list[dict]) -> str:
@@ -179,9 +182,10 @@ class DataScreen(StageScreen):
 
     def on_file_checked(self, message: FileChecked) -> None:
         self.checked = message
-        lines = [f"[red]{escape(p)}[/red]" for p in message.problems[:12]]
-        if len(message.problems) > 12:
-            lines.append(t("data.more_problems", count=len(message.problems) - 12))
+        shown = message.problems[:PROBLEMS_SHOWN]
+        lines = [f"[red]{escape(p)}[/red]" for p in shown]
+        if len(message.problems) > len(shown):
+            lines.append(t("data.more_problems", count=len(message.problems) - len(shown)))
         report = message.report
         if report is not None:
             lines.insert(0, t("data.checked", rows=report.rows, format=report.format,
@@ -197,8 +201,17 @@ class DataScreen(StageScreen):
         if self.checked is None or self.checked.path is None or self.folder is None:
             self.say([t("data.check_first")])
             return
-        outcome = data.onboard(self.state, self.folder, self.checked.path, self.query_one("#custom-name", Input).value,
-                               convert=self.query_one("#convert", Checkbox).value)
+        self.say(info=[t("data.adding")])
+        self.onboard(self.checked.path, self.query_one("#custom-name", Input).value,
+                     self.query_one("#convert", Checkbox).value)
+
+    @work(thread=True, exclusive=True, group="onboard")
+    def onboard(self, source: Path, name: str, convert: bool) -> None:
+        """Converting or copying a large file takes a while: never on the event loop."""
+        self.post_message(Onboarded(data.onboard(self.state, self.folder, source, name, convert=convert)))
+
+    def on_onboarded(self, message: Onboarded) -> None:
+        outcome = message.outcome
         if not outcome.ok:
             self.say(outcome.problems)
             return
@@ -249,8 +262,15 @@ class DataScreen(StageScreen):
             self.say(notes=[t("data.fill_skipped", name=name)])
             self._ask_next_fill()
             return
+        self.fill(name, values)
+
+    @work(thread=True, exclusive=True, group="fill")
+    def fill(self, name: str, values: dict) -> None:
         suffix = self.stage.settings.get("filled_suffix", "_custom")
-        outcome = data.fill_template(self.state, self.folder, name, values, suffix)
+        self.post_message(Filled(data.fill_template(self.state, self.folder, name, values, suffix), values))
+
+    def on_filled(self, message: Filled) -> None:
+        outcome, values = message.outcome, message.values
         if not outcome.ok:
             self.say(outcome.problems)
             self._ask_next_fill(values)  # ask again, keeping what was typed

@@ -1,0 +1,52 @@
+"""The runs review: the list, one run's record, and two runs compared (config diff, both curves on one chart)."""
+
+from datetime import datetime
+
+from pilot_helpers import SIZE, make_app, on_screen, wait_until
+
+from assistant.wizard.state import new_state, save_state
+from engine.config import dump_yaml
+from engine.rundir import RunDir
+
+
+def _finished_run(workspace, when, rank, losses):
+    state = new_state(now=when).replace(model="lf-tiny-qwen3", method="lora", stage="summary", launched=True,
+                                        diff=[{"parameter": "lora_rank", "default": 8, "new": rank,
+                                               "reason": "user-specified"}])
+    save_state(state, workspace / "lf_runs")
+    run = RunDir(workspace / "lf_runs" / state.run_id)
+    dump_yaml({"finetuning_type": "lora", "lora_rank": rank, "template": "qwen"}, run.path / "sft.yaml")
+    run.update_status(state="completed", stage="sft", model="lf-tiny-qwen3", method="lora", step=len(losses),
+                      total_steps=len(losses), started_at=when.timestamp())
+    for step, loss in enumerate(losses, start=1):
+        run.append_metric({"step": step, "loss": loss})
+    (run.path / "validation.jsonl").write_text('{"prompt": "hi", "base": "x", "tuned": "Hello, I am Ada"}\n')
+    return state.run_id
+
+
+async def test_review_lists_opens_and_compares_runs(workspace):
+    first = _finished_run(workspace, datetime(2026, 1, 1, 10), 16, [3.0, 2.5, 2.0, 1.5])
+    second = _finished_run(workspace, datetime(2026, 1, 1, 11), 8, [3.1, 2.9, 2.8, 2.7])
+    app = make_app(workspace, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        table = app.screen.query_one("#runs")
+        assert table.row_count == 2
+        ids = [app.screen.rows[i].run_id for i in range(2)]
+        assert set(ids) == {first, second}
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: on_screen(app, "RunScreen"))
+        facts = str(app.screen.query_one("#answers").render())
+        assert "Hello, I am Ada" in facts
+        assert app.screen.query_one("#config").row_count == 3 and app.screen.query_one("#diff").row_count == 1
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        await pilot.press("space", "down", "space", "c")
+        await wait_until(pilot, lambda: on_screen(app, "CompareScreen"))
+        difference = app.screen.query_one("#difference")
+        assert difference.row_count == 1
+        assert [str(c) for c in difference.get_row_at(0)][0] == "lora_rank"
+        chart = str(app.screen.query_one("#chart").render())
+        assert "A " in chart and "B " in chart  # two labelled series on one chart
+        await pilot.press("escape", "escape")
+    assert app.return_code in (0, None)

@@ -1,0 +1,55 @@
+"""Snapshots of the key screens at 80x24 (update with `pytest tests/tui/test_snapshots.py --snapshot-update`)."""
+
+from pilot_helpers import FIXED_TIME, busy_gpus, make_app, on_screen, wait_until
+
+
+def _app(workspace, **kwargs):
+    return make_app(workspace, now=FIXED_TIME, **kwargs)
+
+
+async def _to(pilot, app, name):
+    while not on_screen(app, name):
+        current = type(app.screen).__name__
+        if current == "DataScreen":
+            await wait_until(pilot, lambda: app.screen.counts)
+            app.screen.query_one("#datasets").select("alpaca_demo")
+        if current == "ModelScreen":
+            await wait_until(pilot, lambda: app.state.model_path)
+        if current == "GpuScreen":
+            await wait_until(pilot, lambda: app.device_report is not None)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: type(app.screen).__name__ != current)
+    await pilot.pause(0.3)
+
+
+def test_flow_screen(snap_compare, workspace):
+    assert snap_compare(_app(workspace), terminal_size=(80, 24))
+
+
+def test_flow_screen_in_chinese(snap_compare, workspace):
+    assert snap_compare(_app(workspace, lang="zh"), terminal_size=(80, 24))
+
+
+def test_data_screen_with_preview(snap_compare, workspace):
+    async def run_before(pilot):
+        await _to(pilot, pilot.app, "DataScreen")
+        await wait_until(pilot, lambda: pilot.app.screen.counts)
+        await wait_until(pilot, lambda: "#1" in str(pilot.app.screen.query_one("#preview").render()))
+
+    assert snap_compare(_app(workspace), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_gpu_screen_all_busy(snap_compare, workspace):
+    async def run_before(pilot):
+        await _to(pilot, pilot.app, "GpuScreen")
+        await wait_until(pilot, lambda: pilot.app.device_report is not None)
+        await pilot.pause(0.3)
+
+    assert snap_compare(_app(workspace, detect_devices=busy_gpus), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_config_screen_with_diff(snap_compare, workspace):
+    async def run_before(pilot):
+        await _to(pilot, pilot.app, "ConfigScreen")
+
+    assert snap_compare(_app(workspace), terminal_size=(80, 24), run_before=run_before)
