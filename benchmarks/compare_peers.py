@@ -33,6 +33,7 @@ import math
 import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,7 +109,7 @@ def run_ours(job: dict) -> dict:
     if status.get("state") != "completed":
         raise RuntimeError(f"our run ended {status.get('state')}: {status.get('exit_reason')}")
     losses = [m["loss"] for m in handle.metrics() if m.get("loss") is not None]
-    return {"tokens": status["num_input_tokens_seen"], "steps": status["step"], "final_loss": losses[-1],
+    return {"tokens": status["num_input_tokens_seen"], "steps": status["step"], "final_loss": losses[-1] if losses else math.nan,
             "train_s": clock["end"][0] - clock["start"][0], "cpu_s": clock["end"][1] - clock["start"][1]}
 
 
@@ -134,7 +135,7 @@ def timing_callback():
         def result(self) -> dict:
             (wall0, cpu0), (wall1, cpu1) = self.marks["start"], self.marks["end"]
             return {"tokens": int(self.state.num_input_tokens_seen), "steps": self.state.global_step,
-                    "final_loss": self.losses[-1], "train_s": wall1 - wall0, "cpu_s": cpu1 - cpu0}
+                    "final_loss": self.losses[-1] if self.losses else math.nan, "train_s": wall1 - wall0, "cpu_s": cpu1 - cpu0}
 
     return Clock()
 
@@ -272,6 +273,10 @@ def main() -> None:
     parser.add_argument("--strategies", default="padded,packed",
                         help="our batching strategies to run (padded, bucketed, packed, dynamic)")
     parser.add_argument("--datasets", default="skewed,uniform")
+    # One thread by default: on a shared 2-core machine two OpenMP threads spin at every barrier while another
+    # process holds a core; that made the same run 6x slower (13.1 s vs 2.2 s) and drowned the differences.
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OMP/MKL threads for every contender (0: torch's default, all cores)")
     parser.add_argument("--with-llamafactory", action="store_true", help="also run LLaMA-Factory (own venv)")
     parser.add_argument("--llamafactory-venv", type=Path, default=LF_VENV)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -285,10 +290,12 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="lfa-peers-"))
     model = str(build_demo_model("lf-tiny-qwen3", root / "model"))
     contenders = ["hf", *[f"ours:{s}" for s in args.strategies.split(",")]]
-    runtimes = {c: (sys.executable, None) for c in contenders}
+    threads = {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)} if args.threads else {}
+    runtimes = {c: (sys.executable, threads) for c in contenders}
     if args.with_llamafactory:
         contenders.append("llamafactory")
-        runtimes["llamafactory"] = ensure_llamafactory_venv(args.llamafactory_venv)
+        python, env = ensure_llamafactory_venv(args.llamafactory_venv)
+        runtimes["llamafactory"] = (python, {**env, **threads})
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     for kind in args.datasets.split(","):
         name = write_dataset(root / "data", kind, args.steps * SETTINGS["batch"])
@@ -304,6 +311,7 @@ def main() -> None:
                     best[contender] = result
         print_table(kind, best, DATASETS[kind]["cutoff_len"], args.steps)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
+    shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -171,7 +171,8 @@ def _note_packed_call(_module, args, kwargs) -> None:
     positions = kwargs.get("position_ids")
     _PACKED_CALL.set(ids is not None and ids.shape[0] == 1 and kwargs.get("attention_mask") is None
                      and kwargs.get("cache", kwargs.get("past_key_values")) is None
-                     and positions is not None and bool((positions.reshape(-1)[1:] == 0).any()))
+                     and positions is not None and int(positions.reshape(-1)[0]) == 0
+                     and bool((positions.reshape(-1)[1:] == 0).any()))
 
 
 def _packed_sdpa_mask(**kwargs):
@@ -193,11 +194,15 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
 
     # Without a mask and with restarting positions the row is packed; with a mask, SDPA does what it always does.
     lengths = _packed_lengths(query, key, kwargs.get("position_ids")) if attention_mask is None else None
-    plain = (lengths is None or kwargs.get("sliding_window") or kwargs.get("softcap") is not None
-             or kwargs.get("position_bias") is not None or not getattr(module, "is_causal", True))
-    if plain:
+    if lengths is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    if (kwargs.get("sliding_window") or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None
+            or not getattr(module, "is_causal", True)):
+        # Features per-sample SDPA does not cover (use_packed_attention keeps such models off it): SDPA with the
+        # exact block-diagonal mask instead.
+        mask = _block_causal_mask(lengths, query.device)
+        return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
     heads, groups = query.shape[1], query.shape[1] // key.shape[1]
     if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
@@ -214,6 +219,16 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
                                                     dropout_p=dropout_p, scale=scaling, is_causal=True))
         start += length
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _block_causal_mask(lengths: list[int], device):
+    """(1, 1, T, T) boolean mask: causal within each sample, nothing across samples."""
+    import torch
+
+    sample = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    index = torch.arange(sample.numel(), device=device)
+    allowed = (sample[:, None] == sample[None, :]) & (index[:, None] >= index[None, :])
+    return allowed[None, None]
 
 
 def _packed_lengths(query, key, position_ids) -> list[int] | None:

@@ -146,3 +146,29 @@ def test_packed_rows_skip_the_quadratic_mask(monkeypatch):
     padded_losses = token_losses(model, SFTCollator(pad_token_id=0)(samples))
     assert built and built[0] == 35
     torch.testing.assert_close(packed_losses, padded_losses, atol=1e-5, rtol=0)
+
+
+def test_packed_attention_function_matches_sdpa_with_the_block_mask():
+    """The attention function on its own: per-sample SDPA, and its exact-mask fallback, equal transformers' SDPA
+    given the block-diagonal mask transformers builds from the restarting positions."""
+    from transformers import Qwen3Config
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import create_causal_mask
+
+    from engine.data.packing import packed_sdpa_attention
+
+    torch.manual_seed(0)
+    lengths = [7, 3, 12, 1, 9]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    query, key, value = torch.randn(1, 4, 32, 8), torch.randn(1, 2, 32, 8), torch.randn(1, 2, 32, 8)
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 2
+    config = Qwen3Config(num_attention_heads=4, num_key_value_heads=2, head_dim=8, attn_implementation="sdpa")
+    mask = create_causal_mask(config=config, inputs_embeds=torch.zeros(1, 32, 8), attention_mask=None, cache=None,
+                              position_ids=positions)
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, position_ids=positions)
+    per_sample, _ = packed_sdpa_attention(module, query, key, value, None, position_ids=positions)
+    fallback, _ = packed_sdpa_attention(module, query, key, value, None, position_ids=positions,
+                                        sliding_window=10**6)  # takes the exact-mask path; the window cuts nothing
+    torch.testing.assert_close(per_sample, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(fallback, expected, atol=1e-6, rtol=0)
