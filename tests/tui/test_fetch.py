@@ -1,0 +1,55 @@
+"""A model that is not on the machine is fetched in the background, its progress on the board of every screen."""
+
+import shutil
+
+import pytest
+from pilot_helpers import SIZE, make_app, on_screen, wait_until
+
+
+async def _to_model_screen(pilot, app):
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts)
+    app.screen.query_one("#datasets").select("alpaca_demo")
+    await pilot.press("ctrl+n")
+    await wait_until(pilot, lambda: on_screen(app, "ModelScreen"))
+
+
+async def test_offline_download_fails_clearly_and_the_user_can_pick_another_model(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_model_screen(pilot, app)
+        field = app.screen.query_one("#model-input")
+        field.value = "Qwen/Qwen3-0.6B"
+        field.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+        assert "will be downloaded into models/Qwen3-0.6B" in str(app.screen.query_one("#resolution").render())
+        await pilot.press("ctrl+n")
+        assert on_screen(app, "ModelScreen")  # not on this machine and no download started: stays
+        app.screen.query_one("#fetch").press()
+        await wait_until(pilot, lambda: app.state.download.get("state") == "failed", what="offline failure")
+        assert "HF_HUB_OFFLINE" in app.state.download["error"]
+        assert "failed" in str(app.screen.query_one("#board").render())
+        field.value = "lf-tiny-qwen3"
+        field.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.state.model_path, what="the demo model instead")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "GpuScreen"))
+
+
+@pytest.mark.slow
+async def test_demo_model_is_built_in_the_background_while_the_user_goes_on(workspace):
+    shutil.rmtree(workspace / "models")
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_model_screen(pilot, app)
+        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="build offered")
+        app.screen.query_one("#fetch").press()
+        await wait_until(pilot, lambda: app.state.download.get("state") == "running")
+        await pilot.press("ctrl+n")  # go on while it builds
+        await wait_until(pilot, lambda: on_screen(app, "GpuScreen"))
+        assert "Building lf-tiny-qwen3" in str(app.screen.query_one("#board").render()) or app.state.model_path
+        await wait_until(pilot, lambda: app.state.model_path, timeout=180, what="the build to finish")
+        assert app.state.model_path == str(workspace / "models" / "lf-tiny-qwen3")
+        assert (workspace / "models" / "lf-tiny-qwen3" / "config.json").is_file()
