@@ -78,3 +78,26 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
     resumed = next(e for e in events if e["event"] == "resumed")
     assert resumed["step"] == killed_at  # continued from the newest complete checkpoint, not from step 0
     assert json.loads((run.path / "state.json").read_text())["launched"] is True
+
+
+async def test_stop_asks_first_then_saves_and_can_resume(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _launch_long_run(pilot, app)
+        await wait_until(pilot, lambda: (app.screen.status.get("step") or 0) >= 2, timeout=180, what="steps")
+        await pilot.press("s")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"), what="stop confirmation")
+        await pilot.press("n")  # changed their mind: nothing happens
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen"))
+        assert app.screen.status.get("state") == "running"
+        await pilot.press("s")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.get("state") == "stopped",
+                         timeout=120, what="stopped")
+        assert "resume" in messages(app)
+        await pilot.press("ctrl+n")
+        assert on_screen(app, "TrainScreen")  # a stopped run is not "done"
+    run = RunDir(workspace / "lf_runs" / app.state.run_id)
+    assert run.read_status()["state"] == "stopped"
+    assert find_complete_checkpoints(app.state.output_dir)  # stopping saved a checkpoint to resume from

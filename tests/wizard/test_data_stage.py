@@ -67,3 +67,11 @@ def test_dataset_folder_must_hold_dataset_info(workspace):
     assert data.find_dir("data").notes == [str(workspace / "data")]
     refused = data.find_dir(str(workspace / "empty"))
     assert not refused.ok and "dataset_info.json" in refused.problems[0]
+
+
+def test_default_folder_is_local_data_else_the_bundled_demo_data(workspace, tmp_path_factory, monkeypatch):
+    assert data.default_dir("data") == "data"
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    monkeypatch.chdir(elsewhere)
+    assert data.default_dir("data") == str(data.BUNDLED_DATA)
+    assert data.find_dir(data.default_dir("data")).notes == [str(data.BUNDLED_DATA)]

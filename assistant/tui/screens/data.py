@@ -57,7 +57,7 @@ class DataScreen(StageScreen):
         yield QuestionSet(question, self.state.data_source)
         with Horizontal(classes="row"):
             yield Label(t("data.folder_label"), classes="inline-label")
-            yield Input(value=self.state.dataset_dir or self.stage.settings.get("dataset_dir", "data"),
+            yield Input(value=self.state.dataset_dir or data.default_dir(self.stage.settings.get("dataset_dir", "data")),
                         id="dataset-dir", placeholder="data")
             yield Button(t("data.open_dir"), id="open-dir")
         with Vertical(id="builtin"):

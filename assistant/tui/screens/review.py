@@ -15,6 +15,7 @@ from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import fill_table, fmt_value
 from assistant.tui.widgets.keyhelp import KeyHelp
 from assistant.wizard import review
+from assistant.wizard.stages.train import display_path
 
 
 class RunsScreen(Screen):
@@ -112,8 +113,8 @@ class RunScreen(Screen):
         record = review.load_record(self.row.path)
         status = record.status
         facts = [t("review.facts", state=status.get("state", "-"), steps=self.row.steps, loss=self.row.final_loss),
-                 t("loss.plot", path=record.loss_plot) if record.loss_plot else "",
-                 t("summary.export") + " " + record.export_dir if record.export_dir else ""]
+                 t("loss.plot", path=display_path(record.loss_plot)) if record.loss_plot else "",
+                 t("summary.export") + " " + display_path(record.export_dir) if record.export_dir else ""]
         self.query_one("#run-facts", Static).update(escape("\n".join(f for f in facts if f)))
         self.query_one("#chart", LossChart).set_series({"loss": record.losses})
         fill_table(self.query_one("#diff", DataTable),

@@ -19,6 +19,15 @@ from assistant.wizard.stages import validate
 from assistant.wizard.stages.gpu import device_env
 
 
+ANSWER_CHARS = 400
+
+
+def one_line(text: object) -> str:
+    """Whitespace collapsed and length capped: a model that rambles (or the random demo one) stays readable."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= ANSWER_CHARS else flat[:ANSWER_CHARS] + "…"
+
+
 class ValidateScreen(StageScreen):
     STAGE = "validate"
 
@@ -153,11 +162,11 @@ class ValidateScreen(StageScreen):
             block = Vertical(classes="answer")
             widgets.append(block)
         box.mount_all(widgets)
-        for block, row in zip(widgets, rows):
+        for block, row in zip(widgets, rows, strict=True):
             block.mount(Static(f"[b]{escape(row.get('prompt', ''))}[/b]"))
-            block.mount(Horizontal(Static(f"[dim]{t('validate.base')}[/dim]\n{escape(str(row.get('base', '')))}"),
-                                   Static(f"[green]{t('validate.tuned')}[/green]\n{escape(str(row.get('tuned', '')))}"),
-                                   classes="row"))
+            block.mount(Horizontal(Static(f"[dim]{t('validate.base')}[/dim]\n{escape(one_line(row.get('base')))}"),
+                                   Static(f"[green]{t('validate.tuned')}[/green]\n{escape(one_line(row.get('tuned')))}"),
+                                   classes="row side-by-side"))
         self.query_one("#chat-again", Static).update(
             t("validate.saved", path=validate.ANSWERS_FILE) + "\n" +
             t("validate.chat_again", command=validate.chat_command(self.wizard.run_folder, self.state.device)))

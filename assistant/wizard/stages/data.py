@@ -32,6 +32,18 @@ class DatasetRow:
     note: str = ""
 
 
+BUNDLED_DATA = Path(__file__).resolve().parents[3] / "data"
+
+
+def default_dir(configured: str = "data") -> str:
+    """The dataset folder to start from: ./data when it holds dataset_info.json, else the demo data shipped
+    with lf-assistant (so a run started outside a checkout still finds datasets)."""
+    local = Path(configured)
+    if (local / "dataset_info.json").is_file() or not (BUNDLED_DATA / "dataset_info.json").is_file():
+        return configured
+    return str(BUNDLED_DATA)
+
+
 def find_dir(text: str) -> Outcome:
     """The dataset folder the user named (it must hold dataset_info.json); refusals say where it looked."""
     from engine.data.registry import find_dataset_dir
