@@ -24,7 +24,7 @@ from torch import nn
 from engine.errors import ConfigError
 from engine.kernels import module_patches as mp
 from engine.kernels.ops.cross_entropy import causal_lm_loss
-from engine.kernels.ops.fused_linear_ce import LinearReduction, _linear_cross_entropy
+from engine.kernels.ops.fused_linear_ce import LinearReduction, linear_cross_entropy
 from engine.kernels.ops.gated_delta_rule import causal_conv1d_segments, chunk_gated_delta_rule
 from engine.kernels.ops.rms_norm import CastMode
 from engine.kernels.ops.rope import rope
@@ -57,8 +57,8 @@ class KernelPlan:
                              bias: torch.Tensor | None = None, chunk_size: int = 1024, ignore_index: int = -100,
                              reduction: LinearReduction = "sum") -> torch.Tensor:
         """The chunked (torch) or fused (Triton) linear cross-entropy this plan chose; labels already shifted."""
-        backend = self.backends.get("fused_linear_ce", "torch")
-        return _linear_cross_entropy(hidden, weight, labels, bias, chunk_size, ignore_index, reduction, backend)
+        return linear_cross_entropy(hidden, weight, labels, backend=self.backends.get("fused_linear_ce", "torch"),
+                                    bias=bias, chunk_size=chunk_size, ignore_index=ignore_index, reduction=reduction)
 
 
 def parse_kernel_config(value: str | dict | list | bool | None) -> KernelSelection:

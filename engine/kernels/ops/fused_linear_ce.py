@@ -117,7 +117,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return (*grads, None, None, None, None, None)
 
 
-def _linear_cross_entropy(hidden, weight, labels, bias, chunk_size, ignore_index, reduction, backend: Backend):
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, backend: Backend,
+                         bias: torch.Tensor | None = None, chunk_size: int = 1024, ignore_index: int = -100,
+                         reduction: LinearReduction = "sum") -> torch.Tensor:
+    """Chunked linear cross-entropy with an explicit backend ('torch' or 'triton'), no availability check."""
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     if chunk_size < 1:
@@ -134,7 +137,8 @@ def chunked_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, lab
                                  bias: torch.Tensor | None = None, chunk_size: int = 1024, ignore_index: int = -100,
                                  reduction: LinearReduction = "sum") -> torch.Tensor:
     """Cross-entropy of hidden [N, H] @ weight [V, H].T against labels [N], pure torch, any device."""
-    return _linear_cross_entropy(hidden, weight, labels, bias, chunk_size, ignore_index, reduction, "torch")
+    return linear_cross_entropy(hidden, weight, labels, backend="torch", bias=bias, chunk_size=chunk_size,
+                                ignore_index=ignore_index, reduction=reduction)
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *,
@@ -145,4 +149,5 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, label
     backend='auto' picks Triton on a GPU and the torch chunked path elsewhere.
     """
     chosen = resolve_backend("fused_linear_ce", hidden.device, backend)
-    return _linear_cross_entropy(hidden, weight, labels, bias, chunk_size, ignore_index, reduction, chosen)
+    return linear_cross_entropy(hidden, weight, labels, backend=chosen, bias=bias, chunk_size=chunk_size,
+                                ignore_index=ignore_index, reduction=reduction)
