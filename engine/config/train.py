@@ -37,7 +37,8 @@ class TrainConfig:
         None, "Load the base in 4 or 8 bits (QLoRA, bitsandbytes, CUDA only).", choices=(4, 8), section="model")
     quantization_method: str = opt("bnb", "Quantization backend.", choices=("bnb",), section="model")
     kernel_config: Any = opt(
-        None, "Fused kernels: auto | none | comma list (rms_norm,swiglu,rope,fused_linear_ce).", section="model")
+        None, "Fused kernels: auto | none | comma list (rms_norm,swiglu,rope,cross_entropy,fused_linear_ce,"
+        "gated_delta_rule).", section="model")
 
     # --- method
     stage: str = opt("sft", "Training stage.", choices=("sft", "dpo"), section="method")

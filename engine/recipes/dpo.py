@@ -107,7 +107,7 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
     if config.kernel_config not in (None, "none"):
         from engine.kernels.patch import apply_kernels
 
-        plan = apply_kernels(model, config.kernel_config, device=precision.device.type)
+        plan = apply_kernels(model, config.kernel_config, device=precision.device.type, require_logits=True)
         logger.info(f"kernels: {', '.join(plan.applied) or 'none'}" + "".join(f"; {n}" for n in plan.notes))
     frozen_copy = None
     if needs_reference(settings.pref_loss) and config.method not in ADAPTER_METHODS:

@@ -80,7 +80,7 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
         from engine.kernels.patch import apply_kernels
 
         plan = apply_kernels(model, config.kernel_config, device=precision.device.type)
-        fused_linear_ce = plan.fused_linear_ce
+        fused_linear_ce = plan if plan.fused_linear_ce else False
         logger.info(f"kernels: {', '.join(plan.applied) or 'none'}" + "".join(f"; {n}" for n in plan.notes))
     if fused_linear_ce and strategy.world_size > 1:
         raise ConfigError(f"The fused linear cross-entropy kernel calls the model's layers directly, past the "

@@ -42,7 +42,7 @@ def trained_tokens(batch: dict) -> int:
     return int((batch_targets(batch) != -100).sum())
 
 
-def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce: bool = False) -> tuple[torch.Tensor, int]:
+def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[torch.Tensor, int]:
     """(sum of token losses, number of trained tokens) for one micro-batch.
 
     With ``fused_linear_ce`` the LM head and the loss run chunk by chunk on the final hidden states, so the full
@@ -58,11 +58,13 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce: bool = False) -> 
     if fused_linear_ce:
         from engine.kernels.ops.fused_linear_ce import chunked_linear_cross_entropy
 
+        # A KernelPlan picks the Triton kernel on GPUs; a plain True means the torch chunked path.
+        linear_ce = getattr(fused_linear_ce, "linear_cross_entropy", chunked_linear_cross_entropy)
         causal_lm = base_causal_lm(model)
         hidden = causal_lm.model(**inputs, use_cache=False).last_hidden_state
         head = causal_lm.get_output_embeddings()
-        loss = chunked_linear_cross_entropy(hidden.flatten(0, 1), head.weight, labels.flatten(),
-                                            bias=getattr(head, "bias", None), reduction="sum")
+        loss = linear_ce(hidden.flatten(0, 1), head.weight, labels.flatten(), bias=getattr(head, "bias", None),
+                         reduction="sum")
         return loss, n_tokens
     logits = model(**inputs, use_cache=False).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
