@@ -22,7 +22,6 @@ def sft_config(model_dir, out_dir, **over):
     return engine.load_config(base)
 
 
-@pytest.mark.slow
 def test_auto_kernels_give_the_same_loss_curve(demo_model_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a plain CPU machine
     curves = {}

@@ -17,7 +17,6 @@ pytest.importorskip("triton")
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.slow
 def test_triton_kernels_match_their_references_under_the_interpreter(tmp_path):
     report = tmp_path / "report.xml"
     command = [sys.executable, "-m", "pytest", str(HERE / "interpreted_triton_ops.py"), "-q", "-p", "no:cacheprovider",
