@@ -1,5 +1,5 @@
 # Two commands on a fresh clone:
-#   make run    set up .venv and start the guided assistant on the built-in tiny model and demo data
+#   make run    set up .venv and start the guided assistant (TUI) on the built-in tiny model and demo data
 #   make test   set up .venv with the dev extras and run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -25,7 +25,7 @@ setup: $(VENV)/.installed
 setup-dev: $(VENV)/.installed-dev
 
 run: setup
-	$(BIN)/lf-assistant train examples/demo/tiny_lora_sft.yaml
+	$(BIN)/lf-assistant
 
 demo: setup
 	$(BIN)/lf-assistant train examples/demo/tiny_lora_sft.yaml

@@ -95,7 +95,7 @@ def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_
                 run_dir: str | Path | None = None) -> tuple[TrainConfig, RunDir]:
     """Create the run folder and write its resolved, self-contained config before anything trains."""
     from engine.data.registry import find_dataset_dir
-    from engine.training.setup import default_output_dir
+    from engine.rundir import default_output_dir
 
     problems = _validate(config)
     if problems:

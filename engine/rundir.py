@@ -44,6 +44,13 @@ def new_run_id(model: str, method: str, when: datetime | None = None) -> str:
     return f"{name}_{method}_{stamp}"
 
 
+def default_output_dir(model_path: str, method: str, run_id: str, stage: str = "sft") -> str:
+    """``saves/<model>/<method>/<stage>_<YYYYMMDD>_<HHMMSS>``: checkpoints live apart from run folders and weights."""
+    name = Path(str(model_path).rstrip("/")).name.lower() or "model"
+    stamp = re.search(r"(\d{8}_\d{6}(?:-\d+)?)$", run_id)
+    return str(Path("saves") / name / method / f"{stage}_{stamp.group(1) if stamp else run_id}")
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: readers see the old or the new file, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,15 @@ def _fmt_time(value) -> str:
 
 
 @fail_on_engine_error
-def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs).")
-              ) -> None:
-    """List runs: id, model, method, state, steps, final loss, date."""
+def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
+              tui: bool = typer.Option(False, "--tui", help="Open the runs review in the TUI: configs, diff "
+                                       "tables, loss charts, validation answers; compare two runs.")) -> None:
+    """List runs: id, model, method, state, steps, final loss, date (--tui: review and compare them)."""
+    if tui:
+        from assistant.tui.app import run_app
+
+        run_app(review=True, runs_dir=runs_dir)
+        return
     from rich.console import Console
     from rich.table import Table
 

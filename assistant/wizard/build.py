@@ -16,7 +16,7 @@ from typing import Any
 
 from assistant.i18n import t
 from assistant.wizard.skill import Skill
-from assistant.wizard.state import WizardState, stamp_of
+from assistant.wizard.state import WizardState
 
 # finetuning_type written to the config for each method; QLoRA is LoRA on a quantized base.
 METHOD_TYPES: dict[str, str] = {"lora": "lora", "qlora": "lora", "full": "full", "freeze": "freeze"}
@@ -62,10 +62,11 @@ def example_values(example: str | Path) -> dict[str, Any]:
 
 def output_dir_for(state: WizardState, base: Path | None = None) -> str:
     """saves/<model>/<method>/sft_<stamp> (absolute): checkpoints stay out of lf_runs/ and models/."""
-    name = Path(str(state.model_path or state.model or "model").rstrip("/")).name.lower()
-    stamp = stamp_of(state.run_id)
-    suffix = stamp.strftime("%Y%m%d_%H%M%S") if stamp else state.run_id
-    return str(((base or Path.cwd()) / "saves" / name / (state.method or "lora") / f"sft_{suffix}").resolve())
+    from engine.rundir import default_output_dir
+
+    relative = default_output_dir(str(state.model_path or state.model or "model"), state.method or "lora",
+                                  state.run_id or "run")
+    return str(((base or Path.cwd()) / relative).resolve())
 
 
 def model_location(state: WizardState) -> str:

@@ -89,8 +89,3 @@ def write_training_info(out_dir: Path, *, base_model: str, method: str, template
     info = {"base_model": base_model, "finetuning_type": method, "template": template_name, "stage": stage,
             "run_id": run_id}
     (Path(out_dir) / TRAINING_INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
-
-
-def default_output_dir(model_path: str, method: str, run_id: str, stage: str = "sft") -> str:
-    name = Path(model_path.rstrip("/")).name.lower()
-    return str(Path("saves") / name / method / f"{stage}_{run_id.rsplit('_', 2)[-2]}_{run_id.rsplit('_', 1)[-1]}")

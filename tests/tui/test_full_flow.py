@@ -2,11 +2,8 @@
 
 import json
 
-import pytest
 import yaml
 from pilot_helpers import SIZE, make_app, on_screen, wait_until
-
-pytestmark = pytest.mark.slow
 
 
 async def _answer_until_training(pilot, app):

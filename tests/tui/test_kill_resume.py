@@ -5,12 +5,9 @@ import json
 import os
 import signal
 
-import pytest
 from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
 
 from engine.rundir import RunDir, find_complete_checkpoints
-
-pytestmark = pytest.mark.slow
 
 
 async def _edit(pilot, app, key: str, value: str) -> None:
