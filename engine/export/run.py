@@ -7,7 +7,6 @@ was merged, the template, the shards and each check with its tolerance.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from engine.export.modelfile import write_modelfile
 from engine.export.writer import make_readable, save_tokenizer, save_weights, verify_export, write_json_atomic
 from engine.inference.source import (EXPORT_INFO_FILE, ModelPlan, checkpoint_is_quantized,
                                      load_tokenizer_and_template, pick_device, plan_model)
+from engine.jsonio import read_json_dict as _read_json
 
 EXPORT_RECORD = EXPORT_INFO_FILE
 STEPS = ("checking the config", "loading the tokenizer and template", "loading the model", "merging",
@@ -179,14 +179,6 @@ def _save_dtype(requested: str, source: str, model) -> torch.dtype:
 def _saved_padding_side(folder: str) -> str:
     side = _read_json(Path(folder).expanduser() / "tokenizer_config.json").get("padding_side")
     return side if side in ("left", "right") else "right"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _swap_into_place(staging: Path, target: Path) -> None:

@@ -8,12 +8,12 @@ template is used, and the plan says it could not be checked.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError, ModelError
 from engine.inference.config import ADAPTER_METHODS
+from engine.jsonio import read_json_dict as _read_json
 
 TRAINING_INFO_FILE = "lfa_training.json"  # written by engine.training.setup.write_training_info
 EXPORT_INFO_FILE = "lfa_export.json"  # written by engine.export.run
@@ -142,14 +142,6 @@ def _check_adapter_folder(adapter: str) -> None:
 
 def _has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in _TOKENIZER_FILES)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def checkpoint_is_quantized(model_name_or_path: str) -> str | None:

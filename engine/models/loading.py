@@ -8,13 +8,13 @@ tokenizer files; custom model code runs only with explicit consent (`trust_remot
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from engine.errors import ConfigError, DeviceError, ModelError
+from engine.jsonio import read_json_dict as _read_json
 
 if TYPE_CHECKING:
     import torch
@@ -301,9 +301,3 @@ def _is_transformers_class(name: str) -> bool:
     return bool(name) and (hasattr(transformers, name) or hasattr(transformers, name.removesuffix("Fast")))
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

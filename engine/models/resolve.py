@@ -12,13 +12,13 @@ differs from what the model suggests: a wrong template is the classic cause of g
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelError
+from engine.jsonio import read_json_dict as _read_json
 from engine.models.cache import find_local_model
 from engine.models.registry import FAMILIES, MODELS, ModelEntry, find_model
 
@@ -71,14 +71,6 @@ def known_templates() -> list[str] | None:
     except ImportError:
         return None
     return sorted(TEMPLATES)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def read_chat_template(folder: Path) -> str | None:
