@@ -33,12 +33,11 @@ from engine.rundir import RunDir
 from engine.training import checkpoint as ckpt
 from engine.training.batching import PaddedBatcher
 from engine.training.loop import RunLogger, StopFlag, split_validation
-from engine.training.plot import plot_loss
 from engine.training.preference import (PairLogps, PreferenceSettings, has_trained_tokens, metric_sums,
                                         needs_reference, pair_logps, preference_loss)
 from engine.training.schedule import build_scheduler, warmup_steps_for
 from engine.training.setup import (choose_precision, resolve_model_path, resolve_template,
-                                   save_tokenizer_with_template, seed_everything, write_training_info)
+                                   seed_everything, write_run_outputs)
 
 ADAPTER_METHODS = ("lora", "qlora")
 
@@ -250,13 +249,8 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
     strategy.close()
     if not strategy.is_main:
         return {"state": "completed", "step": step}
-    save_tokenizer_with_template(tokenizer, template, output_dir)
-    write_training_info(output_dir, base_model=model_path, method=config.method, template_name=template.name,
-                        stage="dpo", run_id=run.run_id)
-    metrics = run.read_metrics()
-    plot_path = plot_loss(metrics, output_dir / "training_loss.png") if config.plot_loss else None
-    if plot_path:
-        run.update_status(loss_plot=str(plot_path))
+    metrics = write_run_outputs(output_dir, tokenizer=tokenizer, template=template, config=config,
+                                model_path=model_path, run=run, stage="dpo")
     last = next((m for m in reversed(metrics) if m.get("loss") is not None), {})
     logger.event("completed", step=step, output_dir=str(output_dir))
     logger.info(f"done: {step} steps, final loss {last.get('loss', float('nan')):.4f}, reward accuracy "

@@ -26,10 +26,9 @@ from engine.parallel import setup_strategy
 from engine.training.batching import build_batcher
 from engine.training.loop import RunLogger, StopFlag, split_validation
 from engine.training.loss import causal_lm_loss_sum, trained_tokens
-from engine.training.plot import plot_loss
 from engine.training.schedule import build_scheduler, warmup_steps_for
 from engine.training.setup import (choose_precision, resolve_model_path, resolve_template,
-                                   save_tokenizer_with_template, seed_everything, write_training_info)
+                                   seed_everything, write_run_outputs)
 
 
 def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | None = None) -> dict:
@@ -201,20 +200,15 @@ def train(config: TrainConfig, run: RunDir, *, on_log=None, stop: StopFlag | Non
         logger.event("stopped", step=step)
         strategy.close()
         return logger.status(state="stopped", step=step, finished_at=time.time(),
-                                 exit_reason=f"stopped by request ({stop.reason}) at step {step}")
+                             exit_reason=f"stopped by request ({stop.reason}) at step {step}")
 
     # 7. The result: adapter or model, tokenizer carrying the chat template, what produced it, the loss plot.
     save_model(output_dir)
     strategy.close()
     if not strategy.is_main:
         return {"state": "completed", "step": step}
-    save_tokenizer_with_template(tokenizer, template, output_dir)
-    write_training_info(output_dir, base_model=model_path, method=config.method, template_name=template.name,
-                        stage="sft", run_id=run.run_id)
-    metrics = run.read_metrics()
-    plot_path = plot_loss(metrics, output_dir / "training_loss.png") if config.plot_loss else None
-    if plot_path:
-        run.update_status(loss_plot=str(plot_path))
+    metrics = write_run_outputs(output_dir, tokenizer=tokenizer, template=template, config=config,
+                                model_path=model_path, run=run, stage="sft")
     losses = [m["loss"] for m in metrics if m.get("loss") is not None]
     logger.event("completed", step=step, output_dir=str(output_dir))
     logger.info(f"done: {step} steps, final loss {losses[-1] if losses else float('nan'):.4f}, "

@@ -89,3 +89,19 @@ def write_training_info(out_dir: Path, *, base_model: str, method: str, template
     info = {"base_model": base_model, "finetuning_type": method, "template": template_name, "stage": stage,
             "run_id": run_id}
     (Path(out_dir) / TRAINING_INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+
+
+def write_run_outputs(output_dir: Path, *, tokenizer, template, config: TrainConfig, model_path: str, run,
+                      stage: str) -> list[dict]:
+    """Beside the saved weights: the tokenizer with the template, what produced the folder, the loss plot.
+    Returns the run's metrics rows (for the recipe's closing summary)."""
+    from engine.training.plot import plot_loss
+
+    save_tokenizer_with_template(tokenizer, template, output_dir)
+    write_training_info(output_dir, base_model=model_path, method=config.method, template_name=template.name,
+                        stage=stage, run_id=run.run_id)
+    metrics = run.read_metrics()
+    plot_path = plot_loss(metrics, Path(output_dir) / "training_loss.png") if config.plot_loss else None
+    if plot_path:
+        run.update_status(loss_plot=str(plot_path))
+    return metrics
