@@ -117,7 +117,8 @@ def main() -> None:
     parser.add_argument("--method", default="lora", choices=("lora", "full"))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2, help="steps run first and not counted")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (0: torch's default); 1 as in compare_peers.py, for the same reason")
     parser.add_argument("--ops", type=int, default=0, help="also list the N most expensive torch operators")
     args = parser.parse_args()
 
@@ -125,7 +126,8 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, optimizer, batcher, params = build(args, Path(tempfile.mkdtemp(prefix="lfa-profile-")))
+    with tempfile.TemporaryDirectory(prefix="lfa-profile-") as root:
+        model, optimizer, batcher, params = build(args, Path(root))
     groups = [g for epoch in range(3) for g in batcher.groups(epoch)][:args.warmup + args.steps]
     clock = PhaseClock()
     for group in groups[:args.warmup]:

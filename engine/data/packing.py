@@ -203,20 +203,19 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
         # exact block-diagonal mask instead.
         mask = _block_causal_mask(lengths, query.device)
         return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
-    heads, groups = query.shape[1], query.shape[1] // key.shape[1]
-    if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    dropout_p = dropout if module.training else 0.0
+    # enable_gqa: grouped-query heads share key/value heads without copies, as transformers' SDPA does unmasked
+    options = dict(dropout_p=dropout if module.training else 0.0, scale=scaling, is_causal=True,
+                   enable_gqa=query.shape[1] != key.shape[1])
     if len(set(lengths)) == 1:  # equal lengths: one batched call on a reshape, exactly the padded cost
-        count, length, dim = len(lengths), lengths[0], query.shape[-1]
-        q, k, v = (t.reshape(heads, count, length, dim).transpose(0, 1) for t in (query, key, value))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scaling, is_causal=True)
-        return out.transpose(1, 2).reshape(1, count * length, heads, dim), None
+        count, length = len(lengths), lengths[0]
+        q, k, v = (t.reshape(t.shape[1], count, length, t.shape[-1]).transpose(0, 1) for t in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, **options)
+        return out.transpose(1, 2).reshape(1, count * length, out.shape[1], out.shape[-1]), None
     parts, start = [], 0
     for length in lengths:
         window = slice(start, start + length)
         parts.append(F.scaled_dot_product_attention(query[:, :, window], key[:, :, window], value[:, :, window],
-                                                    dropout_p=dropout_p, scale=scaling, is_causal=True))
+                                                    **options))
         start += length
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
