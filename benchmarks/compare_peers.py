@@ -241,17 +241,20 @@ def label(contender: str) -> str:
     return LABELS.get(kind) or f"lf-assistant {strategy}"
 
 
-def print_table(kind: str, results: dict[str, dict], cutoff_len: int, steps: int) -> None:
+def print_table(kind: str, results: dict[str, dict], cutoff_len: int, steps: int, threads: int) -> None:
     base = results["hf"]
     base_tps, base_cpu = base["tokens"] / base["train_s"], base["tokens"] / base["cpu_s"]
     print(f"\n{kind} lengths: LoRA SFT, lf-tiny-qwen3, {steps} steps x {SETTINGS['batch']} samples (one epoch), "
-          f"cutoff {cutoff_len}, fp32 CPU, gradient checkpointing off; best of the repeats")
-    print(f"{'contender':<27}{'tokens':>8}{'steps':>6}{'loop s':>8}{'tok/s':>8}{'tok/CPU-s':>10}"
+          f"cutoff {cutoff_len}, fp32 CPU, {threads or 'all'} thread(s), gradient checkpointing off; best of the "
+          "repeats. busy = CPU time / (wall x threads)")
+    print(f"{'contender':<27}{'tokens':>8}{'steps':>6}{'loop s':>8}{'busy':>6}{'tok/s':>8}{'tok/CPU-s':>10}"
           f"{'peak RSS MB':>12}{'final loss':>11}{'ratio':>7}{'CPU ratio':>10}")
     for contender, r in results.items():
         tps, cps = r["tokens"] / r["train_s"], r["tokens"] / r["cpu_s"]
-        print(f"{label(contender):<27}{r['tokens']:>8}{r['steps']:>6}{r['train_s']:>8.2f}{tps:>8.0f}{cps:>10.0f}"
-              f"{r['peak_rss_mb']:>12.0f}{r['final_loss']:>11.4f}{tps / base_tps:>7.2f}{cps / base_cpu:>10.2f}")
+        busy = r["cpu_s"] / r["train_s"] / (threads or os.cpu_count())  # well under 100%: it waited for a core
+        print(f"{label(contender):<27}{r['tokens']:>8}{r['steps']:>6}{r['train_s']:>8.2f}{busy:>6.0%}{tps:>8.0f}"
+              f"{cps:>10.0f}{r['peak_rss_mb']:>12.0f}{r['final_loss']:>11.4f}{tps / base_tps:>7.2f}"
+              f"{cps / base_cpu:>10.2f}")
     for contender, r in results.items():
         if contender != "hf":
             print(f"[{kind}] {label(contender)} vs HF Trainer: ratio {r['tokens'] / r['train_s'] / base_tps:.2f} "
@@ -309,7 +312,7 @@ def main() -> None:
                 if contender not in best or result["tokens"] / result["train_s"] > \
                         best[contender]["tokens"] / best[contender]["train_s"]:
                     best[contender] = result
-        print_table(kind, best, DATASETS[kind]["cutoff_len"], args.steps)
+        print_table(kind, best, DATASETS[kind]["cutoff_len"], args.steps, args.threads)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     shutil.rmtree(root, ignore_errors=True)
 
