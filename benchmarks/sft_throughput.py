@@ -117,9 +117,11 @@ def worker(args) -> None:
     Path(args.out).write_text(json.dumps(result))
 
 
-def spawn(kind: str, model: str, dataset: str, steps: int, workdir: Path) -> dict:
+def spawn(kind: str, model: str, dataset: str, steps: int, workdir: Path, threads: int) -> dict:
     out = workdir / f"{kind}.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # The same thread count for every contender. On a shared 2-core machine, 2 OpenMP threads per process can
+    # be several times slower than 1 when anything else runs, which would measure the neighbours, not the code.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
     subprocess.run([sys.executable, __file__, "--worker", kind, "--model", model, "--dataset", dataset,
                     "--steps", str(steps), "--workdir", str(workdir), "--out", str(out)], check=True, env=env)
     return json.loads(out.read_text())
@@ -129,7 +131,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--dataset", default="alpaca_demo")
-    parser.add_argument("--repeats", type=int, default=1, help="run each contender N times, keep the best")
+    parser.add_argument("--repeats", type=int, default=2, help="run each contender N times, keep the best")
+    parser.add_argument("--threads", type=int, default=1, help="OpenMP/torch threads per contender (same for all)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -145,7 +148,7 @@ def main() -> None:
     contenders = {"HF Trainer + peft": "hf", "lf-assistant": "ours"}
     results: dict[str, dict] = {}
     for label, kind in contenders.items():
-        runs = [spawn(kind, model, args.dataset, args.steps, workdir) for _ in range(args.repeats)]
+        runs = [spawn(kind, model, args.dataset, args.steps, workdir, args.threads) for _ in range(args.repeats)]
         results[label] = max(runs, key=lambda r: r["tokens"] / r["train_s"])
     cli = os.environ.get("LFA_LLAMAFACTORY_CLI") or shutil.which("llamafactory-cli")
     if cli:
@@ -162,7 +165,8 @@ def print_table(results: dict[str, dict], args) -> None:
     base = results["HF Trainer + peft"]
     base_tps = base["tokens"] / base["train_s"]
     print(f"\nLoRA SFT on lf-tiny-qwen3, {args.dataset}, {args.steps} steps, batch {SETTINGS['batch']}, "
-          f"cutoff {SETTINGS['cutoff_len']}, fp32 CPU, gradient checkpointing off")
+          f"cutoff {SETTINGS['cutoff_len']}, fp32 CPU, {args.threads} thread(s), gradient checkpointing off, "
+          f"best of {args.repeats}")
     print(f"{'contender':<20}{'tokens':>9}{'train s':>9}{'tok/s':>9}{'peak RSS MB':>13}{'final loss':>12}{'ratio':>8}")
     for label, r in results.items():
         tps = r["tokens"] / r["train_s"]

@@ -66,6 +66,27 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[to
         loss = linear_ce(hidden.flatten(0, 1), head.weight, labels.flatten(), bias=getattr(head, "bias", None),
                          reduction="sum")
         return loss, n_tokens
+    if head_only_where_trained(model):
+        # Prompt and padding positions have no target: run the LM head (tokens x vocab) only where one exists.
+        causal_lm = base_causal_lm(model)
+        hidden = causal_lm.model(**inputs, use_cache=False).last_hidden_state
+        keep = labels != -100
+        logits = causal_lm.get_output_embeddings()(hidden[keep])
+        return F.cross_entropy(logits.float(), labels[keep], reduction="sum"), n_tokens
     logits = model(**inputs, use_cache=False).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
     return loss, n_tokens
+
+
+# Families whose logits are exactly lm_head(final hidden state): no soft-capping, scaling or auxiliary losses.
+_PLAIN_HEAD_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def head_only_where_trained(model) -> bool:
+    """True when the LM head may be applied to trained positions only: a plain head, and the model is not wrapped
+    by DDP/FSDP (whose hooks run only through the wrapper's own forward)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return False
+    causal_lm = base_causal_lm(model)
+    return (getattr(causal_lm.config, "model_type", None) in _PLAIN_HEAD_MODEL_TYPES
+            and hasattr(causal_lm, "model") and causal_lm.get_output_embeddings() is not None)

@@ -113,3 +113,37 @@ def test_bf16_on_cpu_trains_fp32_and_says_so(demo_model_dir, tmp_path):
     assert status["state"] == "completed"
     assert any("fp32" in note for note in status.get("notes", []))
     assert "NOTE" in handle.run.log_path.read_text()
+
+
+def test_head_on_trained_positions_gives_the_full_loss_and_gradients(demo_model_dir):
+    """Skipping the LM head on prompt/padding positions changes neither the loss nor any gradient."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.training import loss as loss_module
+
+    model = AutoModelForCausalLM.from_pretrained(demo_model_dir)
+    torch.manual_seed(0)
+    input_ids = torch.randint(3, 500, (2, 12))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 9:] = 0
+    labels = input_ids.clone()
+    labels[:, :5] = -100
+    labels[1, 9:] = -100
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    results = []
+    for selective in (True, False):
+        assert loss_module.head_only_where_trained(model)
+        original = loss_module.head_only_where_trained
+        loss_module.head_only_where_trained = lambda _model, flag=selective: flag
+        try:
+            model.zero_grad()
+            loss, tokens = loss_module.causal_lm_loss_sum(model, batch)
+            loss.backward()
+        finally:
+            loss_module.head_only_where_trained = original
+        results.append((loss.detach(), tokens, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss_a, tokens_a, grads_a), (loss_b, tokens_b, grads_b) = results
+    assert tokens_a == tokens_b == int((labels[:, 1:] != -100).sum())
+    torch.testing.assert_close(loss_a, loss_b, atol=1e-5, rtol=1e-6)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-6, rtol=1e-5)
