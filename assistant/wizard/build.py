@@ -60,12 +60,12 @@ def example_values(example: str | Path) -> dict[str, Any]:
     return _normalize(read_yaml(example))
 
 
-def output_dir_for(state: WizardState, base: Path | None = None) -> str:
-    """saves/<model>/<method>/sft_<stamp> (absolute): checkpoints stay out of lf_runs/ and models/."""
+def output_dir_for(state: WizardState, base: Path | None = None, stage: str = "sft") -> str:
+    """saves/<model>/<method>/<stage>_<stamp> (absolute): checkpoints stay out of lf_runs/ and models/."""
     from engine.rundir import default_output_dir
 
     relative = default_output_dir(str(state.model_path or state.model or "model"), state.method or "lora",
-                                  state.run_id or "run")
+                                  state.run_id or "run", stage)
     return str(((base or Path.cwd()) / relative).resolve())
 
 
@@ -88,7 +88,7 @@ def _device_changes(state: WizardState, values: dict) -> list[tuple[str, Any, st
     return changes
 
 
-def _model_changes(state: WizardState, values: dict) -> list[tuple[str, Any, str]]:
+def _model_changes(state: WizardState, skill: Skill, values: dict) -> list[tuple[str, Any, str]]:
     from engine.models.registry import FAMILIES
 
     changes = [("model_name_or_path", model_location(state), t("reason.model")),
@@ -97,12 +97,53 @@ def _model_changes(state: WizardState, values: dict) -> list[tuple[str, Any, str
     if values.get("trust_remote_code") and not (family and family.trust_remote_code):
         changes.append(("trust_remote_code", False, t("reason.no_remote_code")))
     method = state.method or "lora"
-    changes.append(("finetuning_type", METHOD_TYPES[method], t("reason.method", method=method)))
+    changes.append(("finetuning_type", METHOD_TYPES[method], _method_reason(state, skill)))
     if method == "qlora" and not values.get("quantization_bit"):
         changes.append(("quantization_bit", 4, t("reason.method", method=method)))
     if method != "qlora" and values.get("quantization_bit"):
         changes.append(("quantization_bit", None, t("reason.method", method=method)))
     return changes
+
+
+def _method_reason(state: WizardState, skill: Skill) -> str:
+    """Why finetuning_type is what it is; for preference training, what the method costs in reference memory."""
+    method = state.method or "lora"
+    reason = t("reason.method", method=method)
+    if skill.training_stage != "dpo":
+        return reason
+    if method in ("lora", "qlora"):
+        return f"{reason}; {t('reason.pref_lora')}"
+    if _pref_loss(state, skill) == "sigmoid":
+        return f"{reason}; {t('reason.pref_full_reference')}"
+    return f"{reason}; {t('reason.pref_no_reference', loss=_pref_loss(state, skill))}"
+
+
+def _pref_loss(state: WizardState, skill: Skill) -> str:
+    table = skill.stage("config").settings.get("pref_loss", {})
+    return table.get(state.workflow or "dpo", "sigmoid")
+
+
+def _preference_changes(state: WizardState, skill: Skill) -> list[tuple[str, Any, str]]:
+    """stage: dpo, the loss the workflow names, and the beta that loss wants (each with its reason)."""
+    if skill.training_stage != "dpo":
+        return [("stage", skill.training_stage, t("reason.workflow", workflow=state.workflow or "sft"))]
+    settings = skill.stage("config").settings
+    loss = _pref_loss(state, skill)
+    changes = [("stage", "dpo", t("reason.workflow", workflow=state.workflow or "dpo")),
+               ("pref_loss", loss, t(f"reason.pref_loss_{loss}"))]
+    beta = settings.get("pref_beta", {}).get(state.workflow or "dpo")
+    if beta is not None:
+        changes.append(("pref_beta", beta, t(f"reason.pref_beta_{state.workflow}")))
+    return changes
+
+
+def _continued_adapter_notes(state: WizardState, skill: Skill, config: dict) -> list[str]:
+    """Preference training on top of an SFT adapter: the reference is the base WITHOUT that adapter."""
+    if skill.training_stage != "dpo" or not config.get("adapter_name_or_path"):
+        return []
+    if config.get("pref_loss") != "sigmoid":
+        return []
+    return [t("config.adapter_reference", adapter=str(config["adapter_name_or_path"]))]
 
 
 def _demo_changes(state: WizardState, skill: Skill) -> list[tuple[str, Any, str]]:
@@ -112,17 +153,19 @@ def _demo_changes(state: WizardState, skill: Skill) -> list[tuple[str, Any, str]
     changes = [(key, value, t("reason.demo")) for key, value in settings.get("demo_adaptations", {}).items()]
     rate = settings.get("demo_learning_rate", {}).get(state.method or "lora")
     if rate:
-        changes.append(("learning_rate", rate, t("reason.demo_lr")))
+        key = "reason.demo_lr_pref" if skill.training_stage == "dpo" else "reason.demo_lr"
+        changes.append(("learning_rate", rate, t(key)))
     return changes
 
 
 def _changes(state: WizardState, skill: Skill, defaults: dict) -> list[tuple[str, Any, str]]:
     """Every change to the example, in order; a later change of the same key wins (and gives the reason)."""
-    changes = _model_changes(state, defaults)
+    changes = _model_changes(state, skill, defaults)
+    changes += _preference_changes(state, skill)
     changes.append(("dataset", ",".join(state.datasets), t("reason.dataset")))
     if state.dataset_dir:
         changes.append(("dataset_dir", str(Path(state.dataset_dir).resolve()), t("reason.dataset_dir")))
-    changes.append(("output_dir", output_dir_for(state), t("reason.output_dir")))
+    changes.append(("output_dir", output_dir_for(state, stage=skill.training_stage), t("reason.output_dir")))
     changes += _device_changes(state, defaults)
     changes += _demo_changes(state, skill)
     changes += [(key, value, t("reason.small_data")) for key, value in state.suggestions.items()]
@@ -139,7 +182,7 @@ def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
     config = _normalize(values)
     diff = [DiffRow(key, defaults.get(key), config[key], reasons.get(key, t("reason.user")))
             for key in config if config[key] != defaults.get(key)]
-    built = BuiltConfig(config, defaults, diff)
+    built = BuiltConfig(config, defaults, diff, notes=_continued_adapter_notes(state, skill, config))
     built.rows = training_rows(state, config)
     built.total_steps = total_steps(config, built.rows, devices=device_count(state))
     return built

@@ -8,7 +8,10 @@ Memory = weights + trainable state + activations:
 - activations per layer ~ 34 x tokens x hidden bytes in 16-bit (Korthikanti et al., 2022, without recompute),
   divided by ~5 with gradient checkpointing.
 Time = tokens to process x FLOPs per token / (peak FLOP/s x utilisation): 6 x params FLOPs per token for full
-training, ~4 x for LoRA (no weight gradients of the frozen base). The CPU figures were measured on this project's
+training, ~4 x for LoRA (no weight gradients of the frozen base).
+Preference training (stage dpo) scores two answers per prompt, so tokens count twice; DPO's reference adds a
+forward pass (2 x params per token) and, for full/freeze tuning, a frozen copy of the weights in memory (LoRA's
+reference is the base with the adapter off; ORPO and SimPO have none). The CPU figures were measured on this project's
 2-core CI box (tiny Qwen3, 0.8 M params: ~5,600 tokens/s fp32), the GPU ones are H100-class bf16 at 35 % MFU.
 Both are order-of-magnitude figures and the screen says so.
 """
@@ -72,11 +75,14 @@ def estimate(config: dict, *, model: str | None, method: str, on_gpu: bool, rows
         return Estimate(None, None, None, basis)
     weight_bytes = 0.55 if method == "qlora" else (2 if on_gpu else 4)
     trained = params * (LORA_SHARE if method in ("lora", "qlora") else 1.0)
-    memory = params * weight_bytes + trained * 16
+    preference = config.get("stage") == "dpo"
+    reference = preference and config.get("pref_loss", "sigmoid") == "sigmoid"
+    copies = 2 if reference and method not in ("lora", "qlora") else 1
+    memory = params * weight_bytes * copies + trained * 16
     hidden, layers = _model_shape(config.get("model_name_or_path"))
     tokens_per_row = min(config["cutoff_len"], (mean_chars or 4 * config["cutoff_len"]) / CHARS_PER_TOKEN)
     if hidden and layers:
-        micro_tokens = config["per_device_train_batch_size"] * tokens_per_row
+        micro_tokens = config["per_device_train_batch_size"] * tokens_per_row * (2 if preference else 1)
         activations = ACTIVATION_FACTOR * micro_tokens * hidden * layers * (1 if on_gpu else 2)
         memory += activations / (CHECKPOINTING_SAVING if config.get("gradient_checkpointing") else 1)
     seconds = None
@@ -86,7 +92,8 @@ def estimate(config: dict, *, model: str | None, method: str, on_gpu: bool, rows
         if total_steps and config.get("max_steps", -1) > 0:
             per_step = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"] * devices
             tokens = total_steps * per_step * tokens_per_row
-        flops = tokens * (4 if method in ("lora", "qlora") else 6) * params
+        per_token = (4 if method in ("lora", "qlora") else 6) + (2 if reference else 0)
+        flops = tokens * (2 if preference else 1) * per_token * params
         kind = "gpu" if on_gpu else "cpu"
         seconds = STARTUP_S[kind] + flops / (PEAK_FLOPS[kind] * UTILISATION[kind] * devices)
     return Estimate(memory, seconds, params, basis)

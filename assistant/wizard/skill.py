@@ -18,6 +18,9 @@ from engine.errors import ConfigError
 SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
 
 Mark = Literal["done", "current", "todo", "skipped"]
+# The workflow chosen at the start (question `workflow` of stage 0) -> the skill that runs it. Preference training
+# in all three flavours shares one skill; the flavour becomes pref_loss (skills/dpo/skill.yaml says how).
+WORKFLOW_SKILLS: dict[str, str] = {"sft": "sft", "dpo": "dpo", "orpo": "dpo", "simpo": "dpo"}
 MARK_TEXT: dict[str, str] = {"done": "[x]", "current": "[~]", "todo": "[ ]", "skipped": "[-]"}
 
 
@@ -28,6 +31,8 @@ class Question:
     id: str
     choices: tuple[str, ...]
     default: str
+    note: str | None = None
+    """An i18n key for a line shown under the choices (what this skill wants the user to know here)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,12 @@ class Stage:
     questions: tuple[Question, ...] = ()
     when: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
+    title: str | None = None
+    """An i18n key for the screen title when this skill names the stage differently (else stage.<id>.title)."""
+
+    @property
+    def title_key(self) -> str:
+        return self.title or f"stage.{self.id}.title"
 
     def question(self, question_id: str) -> Question:
         for question in self.questions:
@@ -54,6 +65,14 @@ class Skill:
     name: str
     board: tuple[str, ...]
     stages: tuple[Stage, ...]
+    training_stage: str = "sft"
+    """The engine's `stage` this workflow trains; the run's config is written as <training_stage>.yaml."""
+    workflows: tuple[str, ...] = ("sft",)
+    """The answers to stage 0's `workflow` question this skill runs."""
+
+    @property
+    def config_file(self) -> str:
+        return f"{self.training_stage}.yaml"
 
     @property
     def stage_ids(self) -> list[str]:
@@ -119,7 +138,10 @@ def _question(raw: Any, where: str) -> Question:
     default = raw.get("default", choices[0])
     if default not in choices:
         raise _fail(f"{where} question {raw['id']}", f"default {default!r} is not one of {choices}")
-    return Question(raw["id"], tuple(choices), default)
+    note = raw.get("note")
+    if note is not None and not isinstance(note, str):
+        raise _fail(f"{where} question {raw['id']}", "note must be an i18n key")
+    return Question(raw["id"], tuple(choices), default, note)
 
 
 def _stage(raw: Any, board: tuple[str, ...], index: int) -> Stage:
@@ -127,7 +149,7 @@ def _stage(raw: Any, board: tuple[str, ...], index: int) -> Stage:
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
         raise _fail(where, "each stage needs an id")
     where = f"stage {raw['id']}"
-    unknown = set(raw) - {"id", "board", "questions", "when", "settings"}
+    unknown = set(raw) - {"id", "board", "questions", "when", "settings", "title"}
     if unknown:
         raise _fail(where, f"unknown keys {sorted(unknown)}")
     line = raw.get("board")
@@ -140,7 +162,10 @@ def _stage(raw: Any, board: tuple[str, ...], index: int) -> Stage:
     if not isinstance(settings, dict):
         raise _fail(where, "settings must be a mapping")
     questions = tuple(_question(q, where) for q in raw.get("questions") or [])
-    return Stage(raw["id"], line, questions, {k: tuple(v) for k, v in when.items()}, settings)
+    title = raw.get("title")
+    if title is not None and not isinstance(title, str):
+        raise _fail(where, "title must be an i18n key")
+    return Stage(raw["id"], line, questions, {k: tuple(v) for k, v in when.items()}, settings, title)
 
 
 def parse_skill(data: Any, source: str = "skill") -> Skill:
@@ -160,7 +185,13 @@ def parse_skill(data: Any, source: str = "skill") -> Skill:
     question_ids = [q.id for s in stages for q in s.questions]
     if len(set(question_ids)) != len(question_ids):
         raise _fail(source, f"question ids repeat: {question_ids}")
-    return Skill(str(data.get("name", source)), tuple(board), stages)
+    training_stage = data.get("training_stage", "sft")
+    if training_stage not in ("sft", "dpo"):
+        raise _fail(source, f"training_stage {training_stage!r} is not one of sft, dpo")
+    workflows = data.get("workflows", ["sft"])
+    if not isinstance(workflows, list) or not all(w in WORKFLOW_SKILLS for w in workflows):
+        raise _fail(source, f"workflows must be a list of {', '.join(WORKFLOW_SKILLS)}")
+    return Skill(str(data.get("name", source)), tuple(board), stages, training_stage, tuple(workflows))
 
 
 _CACHE: dict[Path, Skill] = {}
@@ -174,3 +205,11 @@ def load_skill(name: str = "sft", *, skills_dir: Path | None = None) -> Skill:
             raise ConfigError(f"Skill file {path} is missing. Reinstall lf-assistant from a source checkout.")
         _CACHE[path] = parse_skill(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
     return _CACHE[path]
+
+
+def skill_for(workflow: str | None, *, skills_dir: Path | None = None) -> Skill:
+    """The skill that runs a workflow (None: SFT, the flow before the question existed)."""
+    name = WORKFLOW_SKILLS.get(workflow or "sft")
+    if name is None:
+        raise ConfigError(f"Unknown workflow {workflow!r}; known: {', '.join(WORKFLOW_SKILLS)}.")
+    return load_skill(name, skills_dir=skills_dir)

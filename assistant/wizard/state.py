@@ -19,8 +19,10 @@ from engine.rundir import new_run_id, runs_root, write_json_atomic
 
 STATE_FILE = "state.json"
 STATE_VERSION = 1
-# The run id before a model is chosen; it is renamed to <model>_<method>_<stamp> once the model is known.
+# The run id before a model is chosen (wizard_run_<stamp>); it is renamed to <model>_<method>_<stamp> once the
+# model is known (<method>-<workflow> for preference training: lora-dpo, full-simpo).
 DRAFT_PREFIX = "wizard"
+DRAFT_KIND = "run"
 
 
 @dataclass
@@ -35,6 +37,8 @@ class WizardState:
     lang: str | None = None
 
     # stage 0: flow
+    workflow: str | None = None
+    """sft | dpo | orpo | simpo: supervised answers, or preference pairs (the skill that runs is derived)."""
     scope: str | None = None
     """sft (data, model, config, train) | full (also validation and export)."""
     execution: str | None = None
@@ -106,7 +110,7 @@ class WizardState:
 
     def answers(self) -> dict[str, Any]:
         """The answers the skill's `when` guards read."""
-        return {"scope": self.scope, "execution": self.execution, "method": self.method}
+        return {"workflow": self.workflow, "scope": self.scope, "execution": self.execution, "method": self.method}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -130,10 +134,10 @@ def new_state(*, lang: str | None = None, now: datetime | None = None,
     from datetime import timedelta
 
     when = now or datetime.now()
-    run_id = new_run_id(DRAFT_PREFIX, "sft", when=when)
+    run_id = new_run_id(DRAFT_PREFIX, DRAFT_KIND, when=when)
     while runs_dir is not None and (runs_root(runs_dir) / run_id).exists():
         when += timedelta(seconds=1)
-        run_id = new_run_id(DRAFT_PREFIX, "sft", when=when)
+        run_id = new_run_id(DRAFT_PREFIX, DRAFT_KIND, when=when)
     return WizardState(run_id=run_id, lang=lang)
 
 
@@ -195,7 +199,10 @@ def rename_for_model(state: WizardState, runs_dir: str | Path | None = None) -> 
     if not state.model or not state.run_id.startswith(DRAFT_PREFIX + "_"):
         return state
     model_name = state.model_path or state.model
-    new_id = new_run_id(model_name, state.method or "lora", when=stamp_of(state.run_id))
+    kind = state.method or "lora"
+    if state.workflow not in (None, "sft"):
+        kind = f"{kind}-{state.workflow}"
+    new_id = new_run_id(model_name, kind, when=stamp_of(state.run_id))
     old_folder, new_folder = run_path(state, runs_dir), runs_root(runs_dir) / new_id
     if new_folder.exists() or (old_folder / "status.json").exists():
         return state

@@ -41,7 +41,7 @@ def test_sft_only_skips_validation_and_export_but_keeps_them_on_the_board(skill)
 def test_malformed_skill_is_refused_with_the_stage_named():
     data = yaml.safe_load((SKILLS_DIR / "sft" / "skill.yaml").read_text(encoding="utf-8"))
     data["stages"][0]["questions"][0]["default"] = "everything"
-    with pytest.raises(ConfigError, match="stage flow question scope"):
+    with pytest.raises(ConfigError, match="stage flow question workflow"):
         parse_skill(data)
     data = yaml.safe_load((SKILLS_DIR / "sft" / "skill.yaml").read_text(encoding="utf-8"))
     data["stages"][1]["board"] = "nowhere"

@@ -22,7 +22,7 @@ from assistant.wizard.state import WizardState
 STAGE = "config"
 # Keys the wizard owns through earlier stages; editing them here would bypass their checks.
 OWNED_BY_STAGES: dict[str, str] = {"dataset": "data", "dataset_dir": "data", "model_name_or_path": "model",
-                                   "stage": "flow", "do_train": "flow"}
+                                   "stage": "flow", "do_train": "flow", "pref_loss": "flow"}
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@
 Custom files are checked first (every problem with its row), optionally converted into a new file, copied into
 the dataset folder and registered in dataset_info.json (atomically). A templated dataset ({{name}}, {{author}},
 any {{var}}) is filled into a copy registered under a new name. The user's files are never modified.
+
+Preference training (`ranking` mode) takes only pairs: registered datasets with "ranking": true, and custom files
+whose every row has a chosen and a rejected answer, non-empty and different.
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ def find_dir(text: str) -> Outcome:
     return Outcome(None, notes=[str(folder)])
 
 
-def list_datasets(dataset_dir: Path) -> list[DatasetRow]:
-    """Every entry of dataset_info.json, with whether it can be trained on here."""
+def list_datasets(dataset_dir: Path, *, ranking: bool = False) -> list[DatasetRow]:
+    """Every entry of dataset_info.json, with whether it can be trained on here: SFT takes the entries without
+    "ranking", preference training (ranking=True) only those with it."""
     from engine.data.registry import dataset_file_path, load_dataset_info
     from engine.errors import EngineError
 
@@ -71,10 +75,18 @@ def list_datasets(dataset_dir: Path) -> list[DatasetRow]:
                 dataset_file_path(spec, Path(dataset_dir))
             except EngineError:
                 available, note = False, t("data.file_missing")
-        if spec.ranking:
-            available, note = False, t("data.preference")
+        if spec.ranking != ranking:
+            available, note = False, t("data.preference" if spec.ranking else "data.not_pairs")
         rows.append(DatasetRow(name, spec.file_name, spec.formatting, spec.ranking, available, note))
     return rows
+
+
+def shown_rows(listing: list[DatasetRow], *, ranking: bool) -> tuple[list[DatasetRow], list[str]]:
+    """(rows to list, names hidden): preference training hides SFT datasets, which it cannot use at all; SFT
+    lists preference datasets greyed out with the reason (the user may have meant the other workflow)."""
+    if not ranking:
+        return listing, []
+    return [row for row in listing if row.ranking], [row.name for row in listing if not row.ranking]
 
 
 def count_rows(dataset_dir: Path, name: str) -> tuple[int, float]:
@@ -165,8 +177,9 @@ def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict
 
 
 # ------------------------------------------------------------------------------------------------ custom files
-def check_custom(path_text: str) -> tuple[Path | None, Any, list[str]]:
-    """(path, the engine's CheckReport, problems as lines) for one file the user named."""
+def check_custom(path_text: str, *, ranking: bool = False) -> tuple[Path | None, Any, list[str]]:
+    """(path, the engine's CheckReport, problems as lines) for one file the user named. With ranking, the file
+    is read as preference pairs whatever it looks like, so each row without both answers is listed."""
     from engine.data import check_file
     from engine.errors import EngineError
 
@@ -175,9 +188,49 @@ def check_custom(path_text: str) -> tuple[Path | None, Any, list[str]]:
         return None, None, [t("data.no_such_file", path=str(path))]
     try:
         report = check_file(path)
+        if ranking:
+            return path, *check_pairs(path, report)
     except EngineError as exc:
         return path, None, [str(exc)]
     return path, report, [describe_problem(p) for p in report.problems]
+
+
+def check_pairs(path: Path, report: Any) -> tuple[Any, list[str]]:
+    """(report, problems) of a file read as preference pairs: the engine's row checks under a ranking entry
+    (missing or empty chosen/rejected answers, with row numbers), plus rows whose two answers are the same.
+
+    A file that is not pairs at all gets one line that says so first: SFT rows have nothing to prefer."""
+    from engine.data.check import check_file, spec_for
+    from engine.data.files import read_rows
+
+    if report.format == "unknown":
+        return report, [describe_problem(p) for p in report.problems]
+    read = read_rows(path)
+    lead = [] if report.ranking else [t("data.not_pairs_file", rows=report.rows)]
+    if not report.ranking:
+        report = check_file(path, spec=spec_for(read.rows, report.format, True, path.stem))
+        report.ranking = False  # the file is not pairs; the row problems below say where
+    same = same_answer_problems(read.rows, read.lines, report.spec)
+    report.problems = sorted([*report.problems, *same], key=lambda p: (p.row is not None, p.row or 0))
+    return report, lead + [describe_problem(p) for p in report.problems]
+
+
+def same_answer_problems(rows: list[Any], lines: list[int | None], spec: Any) -> list[Any]:
+    """One error per row whose chosen and rejected answers read the same: such a pair teaches nothing (its
+    gradient is zero) and only dilutes the others."""
+    from engine.data.check import Problem
+    from engine.data.formats import RowError, convert_record
+
+    problems = []
+    for index, row in enumerate(rows):
+        try:
+            example = convert_record(row, spec, index)
+        except RowError:
+            continue  # already reported by the engine's row check
+        if " ".join(example["chosen"].split()) == " ".join(example["rejected"].split()):
+            problems.append(Problem(index + 1, f"{spec.column('chosen')}/{spec.column('rejected')}",
+                                    t("data.same_answers"), line=lines[index]))
+    return problems
 
 
 def describe_problem(problem: Any) -> str:
@@ -192,8 +245,11 @@ def describe_problem(problem: Any) -> str:
     return f"{level}{prefix}: {problem.message}" if prefix else f"{level}{problem.message}"
 
 
-def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool) -> Outcome:
-    """Copy (or convert) `source` into the dataset folder as <name>.json(l) and register it; the source stays."""
+def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool,
+            ranking: bool = False) -> Outcome:
+    """Copy (or convert) `source` into the dataset folder as <name>.json(l) and register it; the source stays.
+    With ranking, the copy must be preference pairs throughout, and is registered with "ranking": true and its
+    chosen/rejected columns."""
     from engine.data import check_file, convert_file
     from engine.data.registry import register_dataset
     from engine.errors import EngineError
@@ -212,11 +268,24 @@ def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, c
         elif target.resolve() != source.resolve():
             shutil.copyfile(source, target)
         report = check_file(target)
-        if not report.ok:
-            return refused(*[describe_problem(p) for p in report.errors[:10]])
+        problems = _onboard_problems(target, report, ranking)
+        if problems:
+            if target.resolve() != source.resolve():
+                target.unlink(missing_ok=True)  # a copy that cannot be registered is not left behind
+            return refused(*problems)
         entry = report.suggested_entry() or {"file_name": target.name}
         register_dataset(dataset_dir, name, dict(entry, file_name=target.name))
     except EngineError as exc:
         return refused(str(exc))
     record = {"source": str(source), "name": name, "file": str(target), "converted": convert}
     return Outcome(state.replace(onboarded=[*state.onboarded, record]))
+
+
+def _onboard_problems(target: Path, report: Any, ranking: bool) -> list[str]:
+    """Why the copy cannot be registered for this workflow (the first ten problems), or nothing."""
+    if ranking:
+        report, problems = check_pairs(target, report)
+        return problems[:10] if problems and (not report.ranking or not report.ok) else []
+    if report.ranking:
+        return [t("data.pairs_for_sft")]
+    return [describe_problem(p) for p in report.errors[:10]]

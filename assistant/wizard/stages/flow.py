@@ -1,11 +1,12 @@
-"""Stage 0: the shape of the run — scope, where it executes, and the fine-tuning method."""
+"""Stage 0: the shape of the run — the workflow (SFT or preference training), scope, where it executes, and the
+fine-tuning method. The workflow decides which skill runs the later stages (`skill_for`)."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
 from assistant.i18n import t
-from assistant.wizard.skill import Skill
+from assistant.wizard.skill import Skill, skill_for
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
 
@@ -32,4 +33,17 @@ def apply(state: WizardState, skill: Skill, answers: Mapping[str, str]) -> Outco
     if values.get("method") != state.method and state.method and (state.edits or state.suggestions):
         # Edits were made against the old method's example; they stay, and the diff shows them again.
         notes.append(t("flow.method_changed", old=state.method, new=values["method"]))
-    return Outcome(state.replace(**values), notes=notes)
+    new = state.replace(**values)
+    workflow_changed = (new.workflow or "sft") != (state.workflow or "sft")  # states from before the question: SFT
+    if new.family and (workflow_changed or new.method != state.method):
+        # The model was resolved under another workflow or method: its starting example changes with them.
+        from assistant.wizard.stages.model import example_for
+
+        example, note = example_for(skill_for(new.workflow), new.family, new.method or "lora")
+        new = new.replace(example=str(example), example_note=note)
+    if workflow_changed and state.datasets:
+        # SFT rows and preference pairs are not interchangeable: the data stage is chosen again.
+        new = new.replace(datasets=[], dataset_rows={}, dataset_chars={},
+                          done=[s for s in new.done if s != "data"])
+        notes.append(t("flow.workflow_changed"))
+    return Outcome(new, notes=notes)

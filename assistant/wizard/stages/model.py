@@ -15,7 +15,7 @@ from assistant.i18n import t
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
-from engine.errors import EngineError
+from engine.errors import EngineError, ModelError
 
 STAGE = "model"
 FetchKind = Literal["none", "download", "build"]
@@ -50,13 +50,37 @@ def _looks_like_path(text: str) -> bool:
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
 
 
-def _example_for(family: str, method: str) -> tuple[Path, str | None]:
+def example_for(skill: Skill, family: str, method: str) -> tuple[Path, str | None]:
+    """The example config a run starts from, and a note when it was adapted from another family or method.
+
+    A skill may declare its own examples (preference training: `examples` and `fallback_example` in the model
+    stage's settings); otherwise the engine's registry gives the family's SFT example for the method."""
+    settings = skill.stage(STAGE).settings
+    if "examples" in settings:
+        return _skill_example(settings, family, method)
     from engine.models.registry import FAMILIES, nearest_example
 
     if family not in FAMILIES:  # a custom model with a user-given template: the most common layout stands in
         path, _ = nearest_example("qwen3", method)
         return path, t("model.example_custom", example=path.name)
     return nearest_example(family, method)
+
+
+def _skill_example(settings: dict, family: str, method: str) -> tuple[Path, str | None]:
+    from engine.models.registry import EXAMPLES_DIR, FAMILIES
+
+    own = settings["examples"].get(family)
+    path = EXAMPLES_DIR / (own or settings["fallback_example"])
+    if not path.is_file():
+        raise ModelError(f"The example {path} named in the skill file is missing: reinstall lf-assistant from a "
+                         "source checkout.")
+    notes = []
+    if not own:
+        name = FAMILIES[family].display if family in FAMILIES else family
+        notes.append(t("model.example_adapted", example=path.name, family=name))
+    if method != "lora":
+        notes.append(t("model.example_method", example=path.name, method=method))
+    return path, " ".join(notes) or None
 
 
 def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None = None) -> Outcome:
@@ -74,7 +98,7 @@ def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None
     except EngineError as exc:
         return refused(str(exc), code="unsupported")
     try:
-        example, note = _example_for(resolution.family, state.method or "lora")
+        example, note = example_for(skill, resolution.family, state.method or "lora")
     except EngineError as exc:
         return refused(str(exc), code="no_example")
     local = resolution.local_path if resolution.local_complete else None

@@ -25,6 +25,8 @@ class Summary:
     validation: str | None
     export_dir: str | None
     chat_command: str | None
+    rewards: str | None = None
+    """A preference run's last reward accuracy and margin (None for SFT)."""
 
 
 def summarize(state: WizardState, run_folder: Path) -> Summary:
@@ -39,6 +41,7 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
     validation = f"{len(answers)} × (base, tuned) → {display_path(run.path / ANSWERS_FILE)}" if answers else None
     has_infer = (run.path / INFER_FILE).is_file()
     output = status.get("output_dir") or state.output_dir
+    rewards = [m for m in metrics if m.get("rewards/accuracies") is not None]
     return Summary(
         run_folder=display_path(run.path),
         output_dir=display_path(output) if output else None,
@@ -51,4 +54,6 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
         validation=validation,
         export_dir=display_path(state.export_dir) if state.exported and state.export_dir else None,
         chat_command=chat_command(run.path, state.device) if has_infer else None,
+        rewards=(f"{rewards[-1]['rewards/accuracies']:.2f} / {rewards[-1].get('rewards/margins', 0.0):+.3f}"
+                 if rewards else None),
     )

@@ -39,23 +39,24 @@ def ready_to_write(state: WizardState) -> Outcome:
 
 
 def write_config(state: WizardState, config: dict, runs_dir: str | Path | None):
-    """Write lf_runs/<run_id>/sft.yaml through the engine (it validates first); returns the RunDir."""
+    """Write lf_runs/<run_id>/<stage>.yaml (sft.yaml, dpo.yaml) through the engine, which validates first;
+    returns the RunDir."""
     from engine.api import load_config, prepare_run
 
     _resolved, run = prepare_run(load_config(config), runs_dir=runs_dir, run_id=state.run_id)
     return run
 
 
-def launch(state: WizardState, run) -> Any:
+def launch(state: WizardState, run, stage: str = "sft") -> Any:
     """Start training detached, pinned to the chosen device(s); returns the Popen (the TUI only reaps it)."""
     from engine.api import launch_detached
 
-    return launch_detached(run, "sft", env=device_env(state.device))
+    return launch_detached(run, stage, env=device_env(state.device))
 
 
-def launch_command(state: WizardState, run_folder: Path) -> str:
+def launch_command(state: WizardState, run_folder: Path, config_file: str = "sft.yaml") -> str:
     """The exact command for running the written config elsewhere (execution: write_only)."""
-    return f"{env_prefix(state.device)}lf-assistant train {display_path(run_folder / 'sft.yaml')}"
+    return f"{env_prefix(state.device)}lf-assistant train {display_path(run_folder / config_file)}"
 
 
 def display_path(path: str | Path) -> str:
@@ -110,12 +111,32 @@ def health_hints(metrics: list[dict], status: Mapping[str, Any], settings: Mappi
         median = sorted(grad_norms)[len(grad_norms) // 2]
         if median > 0 and grad_norms[-1] > 10 * median:
             hints.append(Hint("warning", t("health.grad_spike", norm=grad_norms[-1], median=median)))
+    hints += preference_hints(metrics, settings)
     from engine.rundir import pid_alive
 
     stall = float(settings.get("stall_s", 300))
     if (status.get("state") == "running" and last_metric_at and now - last_metric_at > stall
             and pid_alive(status.get("pid"))):
         hints.append(Hint("warning", t("health.stalled", minutes=(now - last_metric_at) / 60)))
+    return hints
+
+
+def preference_hints(metrics: list[dict], settings: Mapping[str, Any]) -> list[Hint]:
+    """A preference run that is not learning to prefer: reward accuracy stuck at chance (0.5), or a reward
+    margin that does not rise. Judged once `reward_window` points are logged (skills/dpo/skill.yaml)."""
+    window = int(settings.get("reward_window", 0))
+    rows = [m for m in metrics if _finite(m.get("rewards/accuracies")) and _finite(m.get("rewards/margins"))]
+    if not window or len(rows) < window:
+        return []
+    recent = rows[-(window // 2):]
+    hints = []
+    accuracy = sum(m["rewards/accuracies"] for m in recent) / len(recent)
+    if abs(accuracy - 0.5) <= float(settings.get("accuracy_band", 0.05)):
+        hints.append(Hint("warning", t("health.accuracy_chance", accuracy=accuracy)))
+    margin = sum(m["rewards/margins"] for m in recent) / len(recent)
+    first = rows[0]["rewards/margins"]
+    if margin - first < float(settings.get("margin_rise", 0.01)):
+        hints.append(Hint("warning", t("health.margin_flat", first=first, last=rows[-1]["rewards/margins"])))
     return hints
 
 
