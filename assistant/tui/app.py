@@ -19,7 +19,7 @@ from textual.binding import Binding
 
 from assistant.i18n import detect_language, set_language, t
 from assistant.tui.messages import FetchProgressed
-from assistant.wizard.skill import Skill, load_skill
+from assistant.wizard.skill import WORKFLOW_SKILLS, Skill, load_skill, skill_for
 from assistant.wizard.stages import model as model_stage
 from assistant.wizard.state import WizardState, new_state, rename_for_model, run_path, save_state
 
@@ -84,7 +84,9 @@ class WizardApp(App):
         from assistant.wizard.resume import plan_resume
 
         try:
-            plan = plan_resume(find_run(run_id, self.runs_dir).path, self.skill)
+            folder = find_run(run_id, self.runs_dir).path
+            self._skill_of_run(folder)
+            plan = plan_resume(folder, self.skill)
         except EngineError as exc:
             self.exit_hint = str(exc)
             self.exit(return_code=2)
@@ -95,6 +97,20 @@ class WizardApp(App):
                                                           error=t("model.download_interrupted")))
         save_state(self.state, self.runs_dir)
         self.goto(plan.stage, first=True)
+
+    def _skill_of_run(self, folder: Path) -> None:
+        """A resumed run continues under the skill of the workflow it was started with (SFT or preference)."""
+        from assistant.wizard.state import STATE_FILE, load_state
+
+        if (folder / STATE_FILE).is_file():
+            workflow = load_state(folder).workflow or "sft"
+            if WORKFLOW_SKILLS.get(workflow) != self.skill.name:
+                self.skill = skill_for(workflow)
+
+    def use_skill(self, skill: Skill) -> None:
+        """Switch workflow (stage 0's first question): every later stage follows the new skill."""
+        self.skill = skill
+        self.refresh_board()
 
     # ------------------------------------------------------------------ state and navigation
     @property

@@ -12,9 +12,9 @@ from textual.message import Message
 
 
 class DatasetsListed(Message):
-    def __init__(self, folder: Any, rows: list, error: str | None = None) -> None:
+    def __init__(self, folder: Any, rows: list, error: str | None = None, hidden: list[str] | None = None) -> None:
         super().__init__()
-        self.folder, self.rows, self.error = folder, rows, error
+        self.folder, self.rows, self.error, self.hidden = folder, rows, error, hidden or []
 
 
 class RowsCounted(Message):

@@ -18,7 +18,7 @@ async def _edit(pilot, app, key: str, value: str) -> None:
 
 
 async def _launch_long_run(pilot, app) -> None:
-    await pilot.press("up", "enter", "ctrl+n")  # SFT only
+    await pilot.press("tab", "up", "enter", "ctrl+n")  # past the workflow (SFT) to the scope: SFT only
     await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts)
     app.screen.query_one("#datasets").focus()
     await pilot.press("down", "space", "ctrl+n")  # alpaca_demo

@@ -8,8 +8,9 @@ from pilot_helpers import SIZE, make_app, on_screen, wait_until
 async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        # stage 0: SFT only (up from the default, full flow), full fine-tuning (down from LoRA)
-        await pilot.press("up", "enter", "tab", "tab", "down", "enter", "ctrl+n")
+        # stage 0: workflow SFT (the default), SFT only (up from the default, full flow), full fine-tuning (down
+        # from LoRA)
+        await pilot.press("tab", "up", "enter", "tab", "tab", "down", "enter", "ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "DataScreen"))
         await wait_until(pilot, lambda: app.screen.counts, what="row counts")
         app.screen.query_one("#datasets").focus()
@@ -43,7 +44,7 @@ async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
             await pilot.press("escape")
             await wait_until(pilot, lambda: on_screen(again, screen), what=screen)
         answers = again.screen.answers()
-        assert answers == {"scope": "sft", "execution": "run_here", "method": "full"}
+        assert answers == {"workflow": "sft", "scope": "sft", "execution": "run_here", "method": "full"}
         board = str(again.screen.query_one("#board").render())
         assert "[-] 5. Validate" in board and "[-] 6. Export" in board
 

@@ -13,6 +13,8 @@ async def _to(pilot, app, name):
         if current == "DataScreen":
             await wait_until(pilot, lambda: app.screen.counts)
             app.screen.query_one("#datasets").select("alpaca_demo")
+        if current == "ConfigScreen":
+            await wait_until(pilot, lambda: app.screen.built is not None)
         if current == "ModelScreen":
             await wait_until(pilot, lambda: app.state.model_path)
         if current == "GpuScreen":
@@ -51,5 +53,35 @@ def test_gpu_screen_all_busy(snap_compare, workspace):
 def test_config_screen_with_diff(snap_compare, workspace):
     async def run_before(pilot):
         await _to(pilot, pilot.app, "ConfigScreen")
+        await pilot.press("d")  # the diff shares the parameters' space: one key switches
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(workspace), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_config_screen_parameters(snap_compare, workspace):
+    async def run_before(pilot):
+        await _to(pilot, pilot.app, "ConfigScreen")
+
+    assert snap_compare(_app(workspace), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_confirm_table_shows_the_keys_that_matter_first(snap_compare, workspace):
+    async def run_before(pilot):
+        await _to(pilot, pilot.app, "ConfirmTable")
+
+    assert snap_compare(_app(workspace), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_dpo_data_screen_lists_only_pairs(snap_compare, workspace):
+    async def run_before(pilot):
+        await pilot.press("down", "enter")  # workflow: DPO
+        await wait_until(pilot, lambda: pilot.app.skill.name == "dpo")
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(pilot.app, "DataScreen") and pilot.app.screen.counts)
+        pilot.app.screen.query_one("#datasets").focus()
+        await wait_until(pilot, lambda: "#1" in str(pilot.app.screen.query_one("#preview").render()))
+        await pilot.pause(0.3)
 
     assert snap_compare(_app(workspace), terminal_size=(80, 24), run_before=run_before)

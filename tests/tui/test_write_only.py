@@ -7,8 +7,8 @@ from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
 async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        # stage 0: keyboard only — execution is the second question: Tab to it, move down, select
-        await pilot.press("tab", "down", "enter", "ctrl+n")
+        # stage 0: keyboard only — execution is the third question: Tab to it, move down, select
+        await pilot.press("tab", "tab", "down", "enter", "ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="data screen")
         assert app.state.execution == "write_only" and app.state.scope == "full"
         await wait_until(pilot, lambda: app.screen.counts, what="row counts")

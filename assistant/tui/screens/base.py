@@ -29,6 +29,8 @@ class StageScreen(Screen):
 
     STAGE = ""
     KEYS: list[tuple[str, str]] = COMMON_KEYS
+    BODY_SCROLLS = True
+    """False for screens that lay out their own scrolling parts (a table inside a scrolling page scrolls twice)."""
     BINDINGS = [Binding("ctrl+n", "next", show=False, priority=True), Binding("escape", "back", show=False)]
 
     @property
@@ -47,8 +49,8 @@ class StageScreen(Screen):
         with Horizontal(id="frame"):
             yield ProgressBoard(id="board")
             with Vertical(id="main"):
-                yield Static(t(f"stage.{self.STAGE}.title"), id="stage-title")
-                with VerticalScroll(id="body"):
+                yield Static(t(self.stage.title_key), id="stage-title")
+                with (VerticalScroll if self.BODY_SCROLLS else Vertical)(id="body"):
                     yield from self.compose_body()
                 with VerticalScroll(id="messages-box"):
                     yield Static("", id="messages")

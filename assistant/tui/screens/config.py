@@ -1,15 +1,19 @@
 """Stage 3: the key parameters, the diff vs. the official example (with a reason per change), the small-dataset
-check with a one-key fix, and a memory / run-time estimate — every value editable in place."""
+check with a one-key fix, and a memory / run-time estimate — every value editable in place.
+
+At 80x24 the parameters and the diff share one area, switched with `d` (the header names both, with their
+counts, so the diff is never below the fold); the page itself does not scroll, only the table or the diff does."""
 
 from __future__ import annotations
 
-from rich import box
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Button, DataTable, Label, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.events import Click
+from textual.widgets import Button, ContentSwitcher, DataTable, Static
 
 from assistant.i18n import t
 from assistant.tui.messages import ConfigChecked, FixAccepted
@@ -41,22 +45,35 @@ def human_time(seconds: float | None) -> str:
     return f"~{seconds / 3600:.1f} h"
 
 
-def diff_table(rows: list[list[str]]) -> Table:
-    """The diff as a wrapping table: four columns must fit ~55 cells, so long values wrap instead of scrolling."""
-    table = Table(box=box.SIMPLE_HEAD, expand=True, padding=(0, 1), show_edge=False)
-    for key, ratio in (("col.parameter", 4), ("col.default", 3), ("col.new", 3), ("col.reason", 4)):
-        table.add_column(t(key), ratio=ratio, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return table
+def diff_text(rows: list[list[str]]) -> Text:
+    """The diff as two lines per change — `parameter: example value → new value`, then the reason — which reads
+    at ~54 columns where a four-column table folds every cell."""
+    text = Text()
+    text.append(t("config.diff_legend") + "\n", style="dim")
+    for parameter, default, new, reason in rows:
+        text.append(parameter, style="bold")
+        text.append(": ")
+        text.append(default, style="red")
+        text.append(" → ")
+        text.append(new, style="green")
+        text.append(f"\n  {reason}\n", style="italic")
+    return text
+
+
+class ViewTabs(Static):
+    """The one-line header of the parameters / diff area; a click switches like `d` does."""
+
+    def on_click(self, event: Click) -> None:
+        self.screen.action_switch_view()
 
 
 class ConfigScreen(StageScreen):
     STAGE = "config"
-    KEYS = [("Enter", "key.edit"), ("a", "key.all"), ("e", "key.any"), ("f", "key.accept"), ("^N", "key.next"),
-            ("Esc", "key.back")]
+    BODY_SCROLLS = False
+    KEYS = [("Enter", "key.edit"), ("d", "key.diff"), ("a", "key.all"), ("e", "key.any"), ("f", "key.accept"),
+            ("^N", "key.next"), ("Esc", "key.back")]
     BINDINGS = [Binding("a", "toggle_all", show=False), Binding("e", "edit_any", show=False),
-                Binding("f", "accept_fix", show=False)]
+                Binding("f", "accept_fix", show=False), Binding("d", "switch_view", show=False)]
 
     def __init__(self) -> None:
         super().__init__()
@@ -66,18 +83,46 @@ class ConfigScreen(StageScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="example", classes="hint")
-        yield DataTable(id="params", cursor_type="row", zebra_stripes=True)
-        yield Label(t("config.diff_title"), classes="section")
-        yield Static("", id="diff")
-        yield Static("", id="advice")
-        yield Button(t("config.accept_fix"), id="accept-fix", variant="warning")
-        yield Static("", id="estimate")
-        yield Button(t("button.continue"), id="continue", variant="primary")
+        yield ViewTabs("", id="view-tabs")
+        with ContentSwitcher(initial="params", id="views"):
+            yield DataTable(id="params", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="diff-view", can_focus=True):
+                yield Static("", id="diff")
+        with VerticalScroll(id="facts"):
+            yield Static("", id="advice")
+            yield Static("", id="estimate")
+        with Horizontal(classes="buttons"):
+            yield Button(t("button.continue"), id="continue", variant="primary")
+            yield Button(t("config.accept_fix"), id="accept-fix", variant="warning")
 
     def on_mount(self) -> None:
         super().on_mount()
         self.rebuild()
         self.query_one("#params", DataTable).focus()
+
+    @property
+    def view(self) -> str:
+        """params | diff-view: what the shared area shows."""
+        return self.query_one("#views", ContentSwitcher).current or "params"
+
+    def action_switch_view(self) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        switcher.current = "diff-view" if self.view == "params" else "params"
+        self.query_one(f"#{switcher.current}").focus()
+        self._show_tabs()
+
+    def _show_tabs(self) -> None:
+        if self.built is None:
+            return
+        keys = len(self.built.config) if self.show_all else len(self._keys())
+        labels = {"params": t("config.tab_params", count=keys), "diff-view": t("config.tab_diff",
+                                                                                 count=len(self.built.diff))}
+        parts = [f"[reverse b] {escape(label)} [/]" if view == self.view else f" {escape(label)} "
+                 for view, label in labels.items()]
+        self.query_one("#view-tabs", Static).update(" ".join(parts) + f"  [dim]{escape(t('config.tab_key'))}[/dim]")
+
+    def _keys(self) -> list[str]:
+        return [k for k in self.stage.settings["key_params"] if k in self.built.config]
 
     # --------------------------------------------------------------- build and show
     def rebuild(self) -> None:
@@ -103,17 +148,21 @@ class ConfigScreen(StageScreen):
 
     def _show(self) -> None:
         built = self.built
-        note = f" — {self.state.example_note}" if self.state.example_note else ""
-        self.query_one("#example", Static).update(escape(t("config.example", path=display_path(self.state.example))
-                                                         + note))
-        keys = list(built.config) if self.show_all else [k for k in self.stage.settings["key_params"]
-                                                          if k in built.config]
+        note = self.state.example_note
+        example = t("config.example", path=display_path(self.state.example))
+        # One line here; why the example was adapted heads the diff, where its consequences are listed.
+        self.query_one("#example", Static).update(escape(example + (f" · {t('config.adapted')}" if note else "")))
+        keys = list(built.config) if self.show_all else self._keys()
         params = self.query_one("#params", DataTable)
         fill_table(params, [t("col.parameter"), t("col.value")], [[k, fmt_value(built.config[k], k)] for k in keys],
                    keys=keys)
         rows = [[row.parameter, fmt_value(row.default, row.parameter), fmt_value(row.new, row.parameter), row.reason]
                 for row in built.diff]
-        self.query_one("#diff", Static).update(diff_table(rows) if rows else t("config.no_diff"))
+        diff = diff_text(rows) if rows else Text(t("config.no_diff"))
+        if note:
+            diff = Text.assemble(Text(f"! {note}\n", style="yellow"), diff)
+        self.query_one("#diff", Static).update(diff)
+        self._show_tabs()
         self._show_advice()
         self._show_estimate()
 
@@ -122,6 +171,7 @@ class ConfigScreen(StageScreen):
         steps = t("config.steps", steps=built.total_steps if built.total_steps is not None else "?",
                   rows=built.rows if built.rows is not None else "?")
         lines = [steps] + ([f"[yellow]! {escape(p)}[/yellow]" for p in advice.problems] if advice else [])
+        lines += [f"[yellow]! {escape(note)}[/yellow]" for note in built.notes]
         if advice and (advice.suggestions or advice.mix_dataset):
             fix = ", ".join(f"{k} → {fmt_value(v)}" for k, v in advice.suggestions.items())
             if advice.mix_dataset:

@@ -1,5 +1,8 @@
 """Stage 1: registered datasets (multi-select, rows and format shown, a preview with the trained part highlighted)
-or the user's own files (checked, optionally converted, copied in, registered); templated datasets are filled."""
+or the user's own files (checked, optionally converted, copied in, registered); templated datasets are filled.
+
+Under preference training (the skill's data setting `ranking`) only pairs are listed — the screen says which
+datasets it hides and why — and a custom file must hold a chosen and a rejected answer in every row."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from assistant.tui.messages import (DatasetsListed, FileChecked, Filled, Onboard
                                     RowsCounted)
 from assistant.tui.screens.base import COMMON_KEYS, StageScreen
 from assistant.tui.widgets.dialogs import AskValues
+from assistant.tui.widgets.marked import MarkedCheckbox, MarkedSelectionList
 from assistant.tui.widgets.question import QuestionSet
 from assistant.wizard.stages import data
 from assistant.wizard.stages.train import display_path
@@ -26,17 +30,25 @@ PREVIEW_CHARS = 160
 PROBLEMS_SHOWN = 500
 
 
+def _short(text: object) -> str:
+    return escape(str(text or "").replace("\n", " ")[:PREVIEW_CHARS])
+
+
 def preview_markup(examples: list[dict]) -> str:
-    """Prompts dim, answers (what training learns) in green."""
+    """Prompts dim, answers (what training learns) in green; for pairs, the chosen answer green (✓) and the
+    rejected one red (✗), so the difference reads without colour too."""
     lines = []
     for number, example in enumerate(examples, start=1):
         lines.append(f"[b]#{number}[/b]")
         for message in example.get("messages", []):
-            text = escape(str(message.get("content", "")).replace("\n", " ")[:PREVIEW_CHARS])
+            text = _short(message.get("content"))
             if message.get("role") in ("assistant", "function_call"):
                 lines.append(f"  [green]{t('data.trained')}: {text}[/green]")
             else:
                 lines.append(f"  [dim]{message.get('role')}: {text}[/dim]")
+        if "chosen" in example:
+            lines.append(f"  [green]✓ {t('data.chosen')}: {_short(example['chosen'])}[/green]")
+            lines.append(f"  [red]✗ {t('data.rejected')}: {_short(example['rejected'])}[/red]")
     return "\n".join(lines)
 
 
@@ -51,6 +63,12 @@ class DataScreen(StageScreen):
         self.counts: dict[str, tuple[int, float]] = {}
         self.checked: FileChecked | None = None
         self.pending_fill: list[tuple[str, list[str]]] = []
+        self.hidden: list[str] = []
+
+    @property
+    def ranking(self) -> bool:
+        """Preference training: pairs only."""
+        return bool(self.stage.settings.get("ranking"))
 
     def compose_body(self) -> ComposeResult:
         question = self.stage.question("data_source")
@@ -62,17 +80,18 @@ class DataScreen(StageScreen):
             yield Button(t("data.open_dir"), id="open-dir")
         with Vertical(id="builtin"):
             yield Static(t("data.pick"), classes="hint")
-            yield SelectionList(id="datasets")
+            yield Static("", id="hidden-note", classes="hint")
+            yield MarkedSelectionList(id="datasets")
             yield Static("", id="preview")
         with Vertical(id="custom"):
-            yield Static(t("data.custom_hint"), classes="hint")
+            yield Static(t("data.custom_hint_pairs" if self.ranking else "data.custom_hint"), classes="hint")
             with Horizontal(classes="row"):
                 yield Input(placeholder="/path/to/my_data.jsonl", id="custom-path")
                 yield Button(t("data.check"), id="check")
             yield Static("", id="check-result")
             with Horizontal(classes="row", id="onboard-row"):
                 yield Input(placeholder=t("data.name_placeholder"), id="custom-name")
-                yield Checkbox(t("data.convert"), id="convert")
+                yield MarkedCheckbox(t("data.convert"), id="convert")
                 yield Button(t("data.add"), id="add")
         yield Button(t("button.continue"), id="continue", variant="primary")
 
@@ -80,6 +99,8 @@ class DataScreen(StageScreen):
         super().on_mount()
         self.query_one("#onboard-row").display = False
         self._show_source(self.query_one(QuestionSet).value)
+        if self.query_one(QuestionSet).value == "builtin":
+            self.query_one("#datasets").focus()  # Space selects at once, no Tab hunt past the folder field
         self.list_folder(self.query_one("#dataset-dir", Input).value)
 
     # --------------------------------------------------------------- listing and preview
@@ -91,7 +112,7 @@ class DataScreen(StageScreen):
             return
         folder = Path(outcome.notes[0])
         try:
-            rows = data.list_datasets(folder)
+            rows, hidden = data.shown_rows(data.list_datasets(folder, ranking=self.ranking), ranking=self.ranking)
         except Exception as exc:  # noqa: BLE001 - a broken dataset_info.json is shown, not raised
             self.post_message(DatasetsListed(folder, [], error=str(exc)))
             return
@@ -102,15 +123,21 @@ class DataScreen(StageScreen):
                     counts[row.name] = data.count_rows(folder, row.name)
                 except Exception as exc:  # noqa: BLE001
                     errors[row.name] = str(exc)
-        self.post_message(DatasetsListed(folder, rows))
+        self.post_message(DatasetsListed(folder, rows, hidden=hidden))
         self.post_message(RowsCounted(counts, errors))
 
     def on_datasets_listed(self, message: DatasetsListed) -> None:
         if message.folder is None:
             self.say([message.error or ""])
             return
-        self.folder, self.listing = message.folder, message.rows
+        self.folder, self.listing, self.hidden = message.folder, message.rows, message.hidden
         self.say(notes=[message.error] if message.error else [], info=[t("data.folder", path=display_path(message.folder))])
+        note = self.query_one("#hidden-note", Static)
+        note.update(escape(t("data.hidden_sft", count=len(self.hidden), names=", ".join(self.hidden[:4])
+                             + (", …" if len(self.hidden) > 4 else ""))) if self.hidden else "")
+        note.display = bool(self.hidden)
+        if self.ranking and not self.listing:
+            self.say([t("data.no_pairs")])
         self._fill_list()
 
     def on_rows_counted(self, message: RowsCounted) -> None:
@@ -146,7 +173,8 @@ class DataScreen(StageScreen):
 
     def on_preview_loaded(self, message: PreviewLoaded) -> None:
         body = escape(message.error) if message.error else preview_markup(message.examples)
-        self.query_one("#preview", Static).update(f"[b]{t('data.preview', name=message.name)}[/b]\n{body}")
+        title = t("data.preview_pairs" if self.ranking else "data.preview", name=message.name)
+        self.query_one("#preview", Static).update(f"[b]{escape(title)}[/b]\n{body}")
 
     # --------------------------------------------------------------- source, folder, custom files
     @on(RadioSet.Changed)
@@ -177,7 +205,7 @@ class DataScreen(StageScreen):
 
     @work(thread=True, exclusive=True, group="check")
     def check_file(self, text: str) -> None:
-        path, report, problems = data.check_custom(text)
+        path, report, problems = data.check_custom(text, ranking=self.ranking)
         self.post_message(FileChecked(path, report, problems))
 
     def on_file_checked(self, message: FileChecked) -> None:
@@ -190,8 +218,11 @@ class DataScreen(StageScreen):
         if report is not None:
             lines.insert(0, t("data.checked", rows=report.rows, format=report.format,
                               errors=len(report.errors), warnings=len(report.warnings)))
+        wrong_kind = report is not None and report.format != "unknown" and report.ranking != self.ranking
+        if wrong_kind and not self.ranking:
+            lines.insert(1, f"[yellow]{escape(t('data.pairs_for_sft'))}[/yellow]")
         self.query_one("#check-result", Static).update("\n".join(lines))
-        usable = message.path is not None and report is not None and report.format != "unknown"
+        usable = message.path is not None and report is not None and report.format != "unknown" and not wrong_kind
         self.query_one("#onboard-row").display = usable
         if usable:
             self.query_one("#custom-name", Input).value = message.path.stem.replace(",", "_")
@@ -208,7 +239,8 @@ class DataScreen(StageScreen):
     @work(thread=True, exclusive=True, group="onboard")
     def onboard(self, source: Path, name: str, convert: bool) -> None:
         """Converting or copying a large file takes a while: never on the event loop."""
-        self.post_message(Onboarded(data.onboard(self.state, self.folder, source, name, convert=convert)))
+        self.post_message(Onboarded(data.onboard(self.state, self.folder, source, name, convert=convert,
+                                                 ranking=self.ranking)))
 
     def on_onboarded(self, message: Onboarded) -> None:
         outcome = message.outcome

@@ -6,7 +6,6 @@ from __future__ import annotations
 from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
-from textual.containers import Horizontal
 from textual.widgets import Button, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
@@ -32,9 +31,9 @@ class ExportScreen(StageScreen):
         merges = export.merges(self.state.method)
         yield Static(t("export.meaning_merge" if merges else "export.meaning_full"), id="meaning")
         yield Static(t("export.folder"), classes="question")
-        with Horizontal(classes="row"):
-            yield Input(id="export-dir")
-            yield Button(t("export.review"), id="review", variant="primary")
+        # The folder gets the whole line: a path beside the button scrolled its start out of view at 80x24.
+        yield Input(id="export-dir")
+        yield Button(t("export.review"), id="review", variant="primary")
         yield Button(t("export.run"), id="run", variant="warning")
         yield ProgressBar(id="progress", show_eta=False)
         yield Static("", id="export-result")
@@ -48,7 +47,7 @@ class ExportScreen(StageScreen):
         for widget in ("#run", "#progress", "#continue"):
             self.query_one(widget).display = False
         try:
-            self.train_config = read_yaml(self.wizard.run_folder / "sft.yaml")
+            self.train_config = read_yaml(self.wizard.run_folder / self.wizard.skill.config_file)
         except EngineError as exc:
             self.say([str(exc)])
             return

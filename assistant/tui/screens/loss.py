@@ -1,4 +1,5 @@
-"""Stage 5: the loss curve of the finished run in the terminal, and where training_loss.png was written."""
+"""Stage 5: the loss curve of the finished run in the terminal (with the reward curves of a preference run), and
+where training_loss.png was written."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from textual.widgets import Button, Static
 
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
+from assistant.tui.screens.train import metric_label
 from assistant.tui.widgets.chart import LossChart
 from assistant.wizard.stages.train import display_path
 
@@ -27,14 +29,24 @@ class LossScreen(StageScreen):
         run = RunDir(self.wizard.run_folder)
         status = run.read_status()
         metrics = run.read_metrics()
-        losses = [(m["step"], m["loss"]) for m in metrics if m.get("loss") is not None and "step" in m]
-        evals = [(m["step"], m["eval_loss"]) for m in metrics if m.get("eval_loss") is not None]
-        series = {"loss": losses, **({"eval_loss": evals} if len(evals) >= 2 else {})}
-        self.query_one("#chart", LossChart).set_series(series)
+        train_settings = self.wizard.skill.stage("train").settings
+
+        def points(name: str) -> list[tuple[float, float]]:
+            return [(m["step"], m[name]) for m in metrics if m.get(name) is not None and "step" in m]
+
+        losses, evals = points("loss"), points("eval_loss")
+        series = {metric_label(name): points(name) for name in train_settings.get("chart", ["loss"])}
+        series.update({"eval_loss": evals} if len(evals) >= 2 else {})
+        right = [metric_label(name) for name in train_settings.get("right_axis", [])]
+        self.query_one("#chart", LossChart).set_series(series, right=right)
         plot = status.get("loss_plot")
         lines = [t("loss.plot", path=display_path(plot)) if plot else t("loss.no_plot")]
         if losses:
             lines.append(t("loss.range", first=f"{losses[0][1]:.4f}", last=f"{losses[-1][1]:.4f}", points=len(losses)))
+        accuracies, margins = points("rewards/accuracies"), points("rewards/margins")
+        if accuracies and margins:
+            lines.append(t("loss.rewards", first=f"{accuracies[0][1]:.2f}", last=f"{accuracies[-1][1]:.2f}",
+                           margin_first=f"{margins[0][1]:+.3f}", margin_last=f"{margins[-1][1]:+.3f}"))
         self.query_one("#loss-info", Static).update(escape("\n".join(lines)))
         self.query_one("#continue", Button).focus()
 

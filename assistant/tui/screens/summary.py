@@ -31,6 +31,7 @@ class SummaryScreen(StageScreen):
                 ("summary.loss_plot", info.loss_plot),
                 ("summary.training", t("summary.training_value", steps=info.steps, epochs=info.epochs,
                                        loss=info.final_loss, runtime=fmt_duration(info.runtime_s))),
+                ("summary.rewards", info.rewards),
                 ("summary.validation", info.validation),
                 ("summary.export", info.export_dir),
                 ("summary.chat", info.chat_command)]

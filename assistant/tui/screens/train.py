@@ -1,5 +1,7 @@
-"""Stage 4: confirm the config table, write sft.yaml, launch detached, then watch: progress, loss, learning rate,
-tokens/s, elapsed and ETA, a live loss chart, the log tail, and health hints. Done only when status says so."""
+"""Stage 4: confirm the config table, write the run's config (sft.yaml, or dpo.yaml for preference training),
+launch detached, then watch: progress, loss, learning rate, tokens/s, elapsed and ETA, a live chart (the loss; for
+preference training also reward accuracy and margin), the log tail, and health hints. Done only when status
+says so. At 80x24 the chart and the log share the space: `l` gives it to the log and back."""
 
 from __future__ import annotations
 
@@ -31,10 +33,33 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+# Lines of train.log read per poll: enough to fill the log view at 80x24 and a taller terminal.
+LOG_TAIL = 60
+
+
+def wrap_lines(lines: list[str], width: int) -> list[str]:
+    """Log lines folded to the log's width (continuations indented): at 80 columns a step line is ~90 long,
+    and a sideways scrollbar would take one of the three lines the log has under the chart."""
+    import textwrap
+
+    wrapped: list[str] = []
+    for line in lines:
+        line = line.rsplit("\r", 1)[-1]  # a progress bar redrawn in place: its last state
+        wrapped += textwrap.wrap(line, width, subsequent_indent="  ", drop_whitespace=False) or [""]
+    return wrapped
+
+
+def metric_label(name: str) -> str:
+    """rewards/accuracies -> accuracies: the chart legend and the numbers line must fit ~54 columns."""
+    return name.rsplit("/", 1)[-1]
+
+
 class TrainScreen(StageScreen):
     STAGE = "train"
-    KEYS = [("s", "key.stop"), ("r", "key.resume"), ("^N", "key.next"), ("^Q", "key.quit")]
-    BINDINGS = [Binding("s", "stop", show=False), Binding("r", "resume", show=False)]
+    BODY_SCROLLS = False
+    KEYS = [("s", "key.stop"), ("r", "key.resume"), ("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit")]
+    BINDINGS = [Binding("s", "stop", show=False), Binding("r", "resume", show=False),
+                Binding("l", "toggle_log", show=False)]
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,6 +70,9 @@ class TrainScreen(StageScreen):
         self.last_metric_at: float | None = None
         self.watching = False
         self.chart_drawn = False
+        self.log_view = False
+        """True: the log has the space the chart usually takes."""
+        self.log_lines: list[str] = []
 
     def compose_body(self) -> ComposeResult:
         with Vertical(id="prelaunch"):
@@ -54,6 +82,7 @@ class TrainScreen(StageScreen):
             yield Static("", id="run-state")
             yield ProgressBar(id="progress", show_eta=False)
             yield Static("", id="numbers")
+            yield Static("", id="rewards")
             yield LossChart(id="chart")
             yield Static("", id="hints")
             yield Log(id="log", max_lines=self.stage.settings.get("log_lines", 200))
@@ -62,7 +91,8 @@ class TrainScreen(StageScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#continue").display = False
+        for empty in ("#continue", "#command", "#hints", "#rewards"):
+            self.query_one(empty).display = False
         if self.state.launched or self.wizard.resume_action in ("reattach", "offer_resume"):
             self._enter_live()
             return
@@ -80,7 +110,8 @@ class TrainScreen(StageScreen):
             self.say([str(exc)])
             return
         mode = t("train.mode_here") if self.state.execution == "run_here" else t("train.mode_write")
-        info = [t("train.will_write", path=train.display_path(self.wizard.run_folder / "sft.yaml")), mode]
+        config_path = self.wizard.run_folder / self.wizard.skill.config_file
+        info = [t("train.will_write", path=train.display_path(config_path)), mode]
         self.query_one("#launch-info", Static).update(escape("\n".join(info)))
         if not ready.ok:
             self.say(ready.problems)
@@ -90,7 +121,10 @@ class TrainScreen(StageScreen):
 
     def _ask_confirm(self) -> None:
         rows = list(self.built.config.items())
-        self.app.push_screen(ConfirmTable(t("train.confirm_title"), rows, t("train.confirm_note")),
+        config_stage = self.wizard.skill.stage("config")
+        first = {row.parameter for row in self.built.diff} | set(config_stage.settings.get("key_params", []))
+        title = t("train.confirm_title", file=self.wizard.skill.config_file, count=len(rows))
+        self.app.push_screen(ConfirmTable(title, rows, t("train.confirm_note"), first=sorted(first)),
                              callback=self._confirmed)
 
     def _confirmed(self, yes: bool) -> None:
@@ -104,7 +138,7 @@ class TrainScreen(StageScreen):
     def start(self, config: dict, launch: bool) -> None:
         try:
             run = train.write_config(self.state, config, self.wizard.runs_dir)
-            process = train.launch(self.state, run) if launch else None
+            process = train.launch(self.state, run, self.wizard.skill.training_stage) if launch else None
         except Exception as exc:  # noqa: BLE001 - shown to the user; nothing was launched
             self.post_message(RunStarted(None, None, error=str(exc)))
             return
@@ -117,9 +151,10 @@ class TrainScreen(StageScreen):
         self.process = message.process
         output_dir = self.built.config.get("output_dir") if self.built else None
         if message.process is None:  # write_only: show the command, the stage is done
-            command = train.launch_command(self.state, self.wizard.run_folder)
+            command = train.launch_command(self.state, self.wizard.run_folder, self.wizard.skill.config_file)
             self.wizard.commit(self.state.replace(output_dir=output_dir))
             self.query_one("#command", Static).update(t("train.command", command=command))
+            self.query_one("#command").display = True
             self.query_one("#continue").display = True
             self.query_one("#continue", Button).focus()
             self.say(info=[t("train.written")])
@@ -131,6 +166,7 @@ class TrainScreen(StageScreen):
     def _enter_live(self) -> None:
         self.query_one("#prelaunch").display = False
         self.query_one("#live").display = True
+        self._show_view()
         self.say()
         if not self.watching:
             self.watching = True
@@ -152,7 +188,7 @@ class TrainScreen(StageScreen):
             seen = len(metrics)
             if new:
                 last_metric_at = time.time()
-            self.post_message(RunPolled(status, new, run.tail_log(12), last_metric_at))
+            self.post_message(RunPolled(status, new, run.tail_log(LOG_TAIL), last_metric_at))
             if status.get("state") in train.TERMINAL_STATES:
                 return
             time.sleep(poll)
@@ -163,19 +199,49 @@ class TrainScreen(StageScreen):
         self.last_metric_at = message.last_metric_at or self.last_metric_at
         self._show_status()
         if message.new_metrics or not self.chart_drawn:
-            self.query_one("#chart", LossChart).set_series({"loss": self._losses()})
+            self._draw_chart()
             self.chart_drawn = True
-        log = self.query_one("#log", Log)
-        log.clear()
-        log.write_lines(message.log_lines)
+        self._show_log(message.log_lines)
         self._show_hints()
         state = self.status.get("state")
         if state in train.TERMINAL_STATES:
             self.watching = False
             self._finished(state)
 
-    def _losses(self) -> list[tuple[float, float]]:
-        return [(m["step"], m["loss"]) for m in self.metrics if m.get("loss") is not None and "step" in m]
+    def _show_log(self, lines: list[str]) -> None:
+        """The tail of train.log, newest line in view — unless the user scrolled up to read (then it stays)."""
+        while lines and not lines[-1].strip():
+            lines = lines[:-1]
+        if lines == self.log_lines:
+            return
+        log = self.query_one("#log", Log)
+        follow = log.is_vertical_scroll_end or not self.log_lines
+        log.clear()
+        log.write_lines(wrap_lines(lines, log.content_size.width or 50), scroll_end=False)
+        self.log_lines = lines
+        if follow:
+            log.call_after_refresh(log.scroll_end, animate=False)
+
+    def _series(self, name: str) -> list[tuple[float, float]]:
+        return [(m["step"], m[name]) for m in self.metrics if m.get(name) is not None and "step" in m]
+
+    def _draw_chart(self) -> None:
+        """The loss, and whatever else the skill charts (preference runs: reward accuracy and margin)."""
+        settings = self.stage.settings
+        names = settings.get("chart", ["loss"])
+        series = {metric_label(name): self._series(name) for name in names}
+        right = [metric_label(name) for name in settings.get("right_axis", [])]
+        self.query_one("#chart", LossChart).set_series(series, right=right)
+
+    def action_toggle_log(self) -> None:
+        self.log_view = not self.log_view
+        self._show_view()
+
+    def _show_view(self) -> None:
+        self.query_one("#chart").display = not self.log_view
+        log = self.query_one("#log", Log)
+        log.set_class(self.log_view, "full")
+        log.call_after_refresh(log.scroll_end, animate=False)
 
     def _show_status(self) -> None:
         status = self.status
@@ -188,17 +254,26 @@ class TrainScreen(StageScreen):
             t("train.state", state=t(f"run.{status.get('state', 'pending')}"), step=step, total=total or "?"))
         self.query_one("#numbers", Static).update(t(
             "train.numbers", loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
-            lr=f"{last['learning_rate']:.2e}" if last.get("learning_rate") is not None else "-",
+            lr=f"{last['learning_rate']:.1e}" if last.get("learning_rate") is not None else "-",
             tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-",
             elapsed=fmt_duration(status.get("elapsed_s")), eta=fmt_duration(status.get("eta_s"))))
+        rewards = self.query_one("#rewards", Static)
+        rewards.display = last.get("rewards/accuracies") is not None
+        if rewards.display:
+            rewards.update(t("train.rewards", accuracy=f"{last['rewards/accuracies']:.2f}",
+                             margin=f"{last.get('rewards/margins', 0.0):+.3f}",
+                             chosen=f"{last.get('rewards/chosen', 0.0):+.3f}",
+                             rejected=f"{last.get('rewards/rejected', 0.0):+.3f}"))
 
     def _show_hints(self) -> None:
         hints = train.health_hints(self.metrics, self.status, self.stage.settings,
                                    rows=self.built.rows if self.built else self._rows(),
                                    last_metric_at=self.last_metric_at)
         colour = {"info": "", "warning": "yellow", "error": "red"}
-        self.query_one("#hints", Static).update("\n".join(
+        widget = self.query_one("#hints", Static)
+        widget.update("\n".join(
             f"[{colour[h.level]}]! {escape(h.message)}[/]" if colour[h.level] else escape(h.message) for h in hints))
+        widget.display = bool(hints)
 
     def _rows(self) -> int | None:
         counts = [self.state.dataset_rows.get(n) for n in self.state.datasets]
@@ -258,7 +333,7 @@ class TrainScreen(StageScreen):
 
     def submit(self) -> None:
         if self.state.execution != "run_here":
-            if (self.wizard.run_folder / "sft.yaml").is_file():
+            if (self.wizard.run_folder / self.wizard.skill.config_file).is_file():
                 self.wizard.advance(self.STAGE, self.state)
             return
         outcome = train.finished(self.state, self.status)

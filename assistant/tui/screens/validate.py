@@ -60,7 +60,7 @@ class ValidateScreen(StageScreen):
         for widget in ("#prompts-box", "#continue", "#progress"):
             self.query_one(widget).display = False
         try:
-            self.train_config = read_yaml(folder / "sft.yaml")
+            self.train_config = read_yaml(folder / self.wizard.skill.config_file)
             self.infer = validate.infer_config(self.state, self.train_config)
         except EngineError as exc:
             self.say([str(exc)])

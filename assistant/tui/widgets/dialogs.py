@@ -37,31 +37,52 @@ def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys
 
 
 class ConfirmTable(ModalScreen[bool]):
-    """A YAML about to be written, as a parameter | value table; y writes it, n goes back without writing."""
+    """A YAML about to be written, as a parameter | value table; y writes it, n goes back without writing.
+
+    With `first`, those keys (the ones that matter: changed from the example, and the key training parameters)
+    are listed and the rest is folded into one line, a key away (a). `rows` is always everything written."""
 
     BINDINGS = [Binding("y", "answer(True)", show=False), Binding("n", "answer(False)", show=False),
-                Binding("escape", "answer(False)", show=False)]
+                Binding("escape", "answer(False)", show=False), Binding("a", "toggle_all", show=False)]
 
-    def __init__(self, title: str, rows: list[tuple[str, Any]], note: str = "") -> None:
+    def __init__(self, title: str, rows: list[tuple[str, Any]], note: str = "", first: list[str] | None = None) -> None:
         super().__init__()
         self.title_text, self.rows, self.note = title, rows, note
+        self.first = [key for key, _ in rows if key in set(first)] if first else None
+        self.show_all = first is None
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title")
             table = DataTable(id="confirm-table", cursor_type="row", zebra_stripes=True)
             yield table
+            yield Static("", id="folded", classes="hint")
             if self.note:
                 yield Static(self.note, classes="note")
             with Horizontal(classes="buttons"):
                 yield Button(t("button.write"), id="yes", variant="success")
                 yield Button(t("button.cancel"), id="no")
-        yield KeyHelp([("y", "key.confirm"), ("n", "key.cancel"), ("↑↓", "key.scroll")])
+        keys = [("y", "key.confirm"), ("n", "key.cancel"), ("↑↓", "key.scroll")]
+        yield KeyHelp(keys + ([("a", "key.all")] if self.first is not None else []))
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        fill_table(table, [t("col.parameter"), t("col.value")], [[k, fmt_value(v, k)] for k, v in self.rows])
-        table.focus()
+        self._fill()
+        self.query_one(DataTable).focus()
+
+    def _fill(self) -> None:
+        shown = self.rows if self.show_all else [(k, v) for k, v in self.rows if k in self.first]
+        fill_table(self.query_one(DataTable), [t("col.parameter"), t("col.value")],
+                   [[k, fmt_value(v, k)] for k, v in shown])
+        folded = self.query_one("#folded", Static)
+        hidden = len(self.rows) - len(shown)
+        folded.update(t("confirm.folded", count=hidden) if hidden else
+                      (t("confirm.all_shown", count=len(self.rows)) if self.first is not None else ""))
+        folded.display = self.first is not None
+
+    def action_toggle_all(self) -> None:
+        if self.first is not None:
+            self.show_all = not self.show_all
+            self._fill()
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)

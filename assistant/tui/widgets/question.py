@@ -1,4 +1,8 @@
-"""A skill question rendered as a radio set: its prompt and its choices, all labels from the i18n catalog."""
+"""A skill question rendered as a radio set: its prompt and its choices, all labels from the i18n catalog.
+
+The chosen choice is marked by a symbol, not by colour alone (over SSH, or with NO_COLOR, colours may be gone),
+and the skill's default says "(recommended)".
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,23 @@ from textual.containers import Vertical
 from textual.widgets import RadioButton, RadioSet, Static
 
 from assistant.i18n import t
+from assistant.tui.widgets.marked import MarkedRadioButton
 from assistant.wizard.skill import Question
+
+
+def choice_label(question: Question, choice: str) -> str:
+    label = t(f"q.{question.id}.{choice}")
+    return f"{label} {t('q.recommended')}" if choice == question.default else label
 
 
 class QuestionSet(Vertical):
     """`value` is the chosen choice's name (e.g. "lora"), never its translated label."""
 
-    DEFAULT_CSS = "QuestionSet { height: auto; margin-bottom: 1; } QuestionSet RadioSet { width: 100%; }"
+    DEFAULT_CSS = """
+    QuestionSet { height: auto; }
+    QuestionSet RadioSet { width: 100%; }
+    QuestionSet .question-note { color: $text-muted; }
+    """
 
     def __init__(self, question: Question, selected: str | None = None, **kwargs) -> None:
         super().__init__(id=kwargs.pop("id", f"q-{question.id}"), **kwargs)
@@ -24,8 +38,10 @@ class QuestionSet(Vertical):
         yield Static(t(f"q.{self.question.id}.prompt"), classes="question")
         with RadioSet(id=f"{self.question.id}-set"):
             for choice in self.question.choices:
-                yield RadioButton(t(f"q.{self.question.id}.{choice}"), value=choice == self.selected,
-                                  id=f"{self.question.id}--{choice}")
+                yield MarkedRadioButton(choice_label(self.question, choice), value=choice == self.selected,
+                                        id=f"{self.question.id}--{choice}")
+        if self.question.note:
+            yield Static(t(self.question.note), classes="question-note")
 
     def on_mount(self) -> None:
         # The keyboard highlight starts on the first choice; move it to the chosen one, so Enter keeps it.
