@@ -251,12 +251,12 @@ class TrainScreen(StageScreen):
         last = next((m for m in reversed(self.metrics) if m.get("loss") is not None), {})
         loss = status.get("loss", last.get("loss"))
         self.query_one("#run-state", Static).update(
-            t("train.state", state=t(f"run.{status.get('state', 'pending')}"), step=step, total=total or "?"))
+            t("train.state", state=t(f"run.{status.get('state', 'pending')}"), step=step, total=total or "?",
+              elapsed=fmt_duration(status.get("elapsed_s")), eta=fmt_duration(status.get("eta_s"))))
         self.query_one("#numbers", Static).update(t(
             "train.numbers", loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
             lr=f"{last['learning_rate']:.1e}" if last.get("learning_rate") is not None else "-",
-            tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-",
-            elapsed=fmt_duration(status.get("elapsed_s")), eta=fmt_duration(status.get("eta_s"))))
+            tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-"))
         rewards = self.query_one("#rewards", Static)
         rewards.display = last.get("rewards/accuracies") is not None
         if rewards.display:
