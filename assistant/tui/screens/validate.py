@@ -28,6 +28,12 @@ def one_line(text: object) -> str:
     return flat if len(flat) <= ANSWER_CHARS else flat[:ANSWER_CHARS] + "…"
 
 
+def answer_markup(text: object) -> str:
+    """The answer on one line; an empty one says so (a blank cell reads as a display fault)."""
+    flat = one_line(text)
+    return escape(flat) if flat else f"[dim i]{escape(t('validate.empty_answer'))}[/]"
+
+
 class ValidateScreen(StageScreen):
     STAGE = "validate"
 
@@ -164,8 +170,8 @@ class ValidateScreen(StageScreen):
         box.mount_all(widgets)
         for block, row in zip(widgets, rows, strict=True):
             block.mount(Static(f"[b]{escape(row.get('prompt', ''))}[/b]"))
-            block.mount(Horizontal(Static(f"[dim]{t('validate.base')}[/dim]\n{escape(one_line(row.get('base')))}"),
-                                   Static(f"[green]{t('validate.tuned')}[/green]\n{escape(one_line(row.get('tuned')))}"),
+            block.mount(Horizontal(Static(f"[dim]{t('validate.base')}[/dim]\n{answer_markup(row.get('base'))}"),
+                                   Static(f"[green]{t('validate.tuned')}[/green]\n{answer_markup(row.get('tuned'))}"),
                                    classes="row side-by-side"))
         self.query_one("#chat-again", Static).update(
             t("validate.saved", path=validate.ANSWERS_FILE) + "\n" +

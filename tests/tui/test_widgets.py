@@ -1,0 +1,26 @@
+"""Small rendering rules that keep the 80x24 layout readable: the run id, wrapped log lines, empty answers."""
+
+from assistant.tui.screens.train import metric_label, wrap_lines
+from assistant.tui.screens.validate import answer_markup
+from assistant.tui.widgets.board import RUN_ID_WIDTH, short_run_id
+
+
+def test_run_id_fits_the_board_keeping_model_and_time():
+    assert short_run_id("wizard_run_0102") == "wizard_run_0102"  # fits: unchanged
+    for run_id, shown in [("lf-tiny-qwen3_lora_20260102_030405", "lf-tiny-qwen3_…030405"),
+                          ("qwen3-0.6b_lora-dpo_20260102_030405-2", "qwen3-0.6b_…030405-2"),
+                          ("qwen3-4b-instruct-2507_freeze_20260102_030405", "qwen3-4b-instr…030405")]:
+        assert short_run_id(run_id) == shown and len(shown) <= RUN_ID_WIDTH
+
+
+def test_log_lines_fold_to_the_width_and_progress_bars_keep_their_last_state():
+    line = "[2026-01-02 03:04:05] step 8/10 loss 0.6436 lr 0.000351 grad_norm 0.267 tok/s 520"
+    folded = wrap_lines([line, "Loading:   0%|   | 0/24\rLoading: 100%|###| 24/24", ""], 40)
+    assert all(len(part) <= 40 for part in folded)
+    assert "".join(part.strip() + " " for part in folded[:-2]).split() == line.split()
+    assert folded[-2:] == ["Loading: 100%|###| 24/24", ""]
+    assert metric_label("rewards/margins") == "margins"
+
+
+def test_an_empty_answer_says_so():
+    assert "no text" in answer_markup("  \n ") and answer_markup("4") == "4"
