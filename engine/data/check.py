@@ -142,6 +142,8 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
     problems += _tag_problems(read.rows, spec) + _alias_problems(read.rows, spec)
     problems += _duplicate_problems(read.rows, read.lines)
     problems += _placeholder_problems(read.rows, read.lines)
+    if ranking:
+        problems += _identical_pair_problems(read.rows, read.lines, spec)
     problems.sort(key=lambda p: (p.row is not None, p.row or 0))
     return CheckReport(path, file_format, rows, problems, ranking=ranking, spec=spec)
 
@@ -236,6 +238,23 @@ def _duplicate_problems(rows: list[Any], lines: list[int | None]) -> list[Proble
             problems.append(Problem(index + 1, None, f"duplicate of row {first_seen[key]}.", "warning", lines[index]))
         else:
             first_seen[key] = index + 1
+    return problems
+
+
+def _identical_pair_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -> list[Problem]:
+    """A pair whose chosen and rejected answers are the same teaches preference training nothing."""
+    chosen_key, rejected_key = spec.column("chosen"), spec.column("rejected")
+    problems = []
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or chosen_key not in row or rejected_key not in row:
+            continue
+        chosen, rejected = row[chosen_key], row[rejected_key]
+        if isinstance(chosen, dict) and isinstance(rejected, dict):
+            chosen, rejected = chosen.get(spec.tag("content_tag")), rejected.get(spec.tag("content_tag"))
+        if chosen and chosen == rejected:
+            problems.append(Problem(index + 1, chosen_key, "chosen and rejected answers are identical: the pair "
+                                    "teaches nothing; fix the rejected answer or remove the row.", "error",
+                                    lines[index]))
     return problems
 
 

@@ -174,3 +174,15 @@ def test_placeholders_are_found_and_filled_into_a_copy(tmp_path):
 
 def test_llamafactory_identity_has_two_placeholders(lf_reference):
     assert find_placeholders(lf_reference / "data" / "identity.json") == ["author", "name"]
+
+
+def test_identical_preference_answers_are_reported(tmp_path):
+    from engine.data import check_file
+
+    path = tmp_path / "pairs.json"
+    path.write_text('[{"instruction": "a", "chosen": "yes", "rejected": "no"},'
+                    ' {"instruction": "b", "chosen": "same", "rejected": "same"}]')
+    report = check_file(path)
+    assert report.ranking
+    identical = [p for p in report.problems if "identical" in p.message]
+    assert [p.row for p in identical] == [2] and identical[0].level == "error"
