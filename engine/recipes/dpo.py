@@ -28,7 +28,7 @@ import torch
 from engine.config import TrainConfig, validate
 from engine.errors import ConfigError, DataError, EngineError
 from engine.parallel import setup_strategy
-from engine.recipes.sft import autocast, record_failure, to_device
+from engine.recipes.sft import announce_rank, autocast, record_failure, to_device
 from engine.rundir import RunDir
 from engine.training import checkpoint as ckpt
 from engine.training.batching import PaddedBatcher
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", help="the run's dpo.yaml")
     parser.add_argument("--run-dir", help="run folder (default: the config's folder)")
     args = parser.parse_args(argv)
+    announce_rank()
     run = RunDir(Path(args.run_dir) if args.run_dir else Path(args.config).resolve().parent)
     stop = StopFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):

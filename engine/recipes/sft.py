@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", help="the run's sft.yaml")
     parser.add_argument("--run-dir", help="run folder (default: the config's folder)")
     args = parser.parse_args(argv)
+    announce_rank()
     run = RunDir(Path(args.run_dir) if args.run_dir else Path(args.config).resolve().parent)
     stop = StopFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -266,6 +267,14 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     return 0 if status.get("state") in ("completed", "stopped") else 1
+
+
+def announce_rank() -> None:
+    """Under torchrun, one line from every rank: the launcher prefixes it, so train.log shows each rank started."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        print(f"rank {os.environ.get('RANK', '?')} of {world} started (pid {os.getpid()})", file=sys.stderr,
+              flush=True)
 
 
 def record_failure(run: RunDir, reason: str) -> None:
