@@ -7,6 +7,7 @@ import functools
 import typer
 
 
+
 def fail_on_engine_error(function):
     """Wrap a command so EngineError (and a missing optional module) prints a message and exits non-zero."""
 
@@ -34,12 +35,3 @@ def print_error(message: str) -> None:
     console.print(f"[bold red]error:[/] {lines[0]}", markup=True, soft_wrap=True)
     for line in lines[1:]:
         console.print(f"  {line}", markup=False, soft_wrap=True)
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

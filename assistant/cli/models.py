@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from assistant.cli.common import fail_on_engine_error, fmt_duration
+from assistant.cli.common import fail_on_engine_error
+from assistant.formatting import fmt_duration
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 console = Console(highlight=False)

@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error, fmt_duration
+from assistant.cli.common import fail_on_engine_error
+from assistant.formatting import fmt_duration
 
 
 def _fmt_time(value) -> str:

@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error, fmt_duration
+from assistant.cli.common import fail_on_engine_error
+from assistant.formatting import fmt_duration
 
 
 @fail_on_engine_error

@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
+from assistant.formatting import fmt_duration
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
-from assistant.tui.screens.train import fmt_duration
 from assistant.wizard.stages.summary import summarize
 
 

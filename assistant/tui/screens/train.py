@@ -15,6 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Button, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from assistant.formatting import fmt_duration
 from assistant.i18n import t
 from assistant.tui.messages import RunPolled, RunStarted
 from assistant.tui.screens.base import StageScreen
@@ -22,15 +23,6 @@ from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import ConfirmDialog, ConfirmTable
 from assistant.wizard import build
 from assistant.wizard.stages import train
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 # Lines of train.log read per poll: enough to fill the log view at 80x24 and a taller terminal.

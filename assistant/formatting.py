@@ -1,0 +1,13 @@
+"""How the front ends write numbers for people (shared by the CLI and the TUI; no heavy imports)."""
+
+from __future__ import annotations
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``75`` -> ``1:15``, ``3725`` -> ``1:02:05``, None -> ``-``."""
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
