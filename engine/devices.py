@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import DeviceError
+from engine.jsonio import write_text_atomic
 
 Vendor = Literal["nvidia", "amd"]
 Platform = Literal["cuda", "rocm", "cpu"]
@@ -229,10 +230,7 @@ def check_process_count(choice: DeviceChoice, nproc_per_node: int) -> None:
 def save_choice(choice: DeviceChoice, run_dir: str | Path) -> Path:
     """Write device.json into the run directory atomically."""
     path = Path(run_dir) / DEVICE_CHOICE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(choice.to_dict(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(choice.to_dict(), indent=2) + "\n")
     return path
 
 

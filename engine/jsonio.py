@@ -1,8 +1,10 @@
-"""Reading small JSON files that may be missing or damaged (configs of model folders, run records)."""
+"""Small files read safely (missing or damaged ones give {}) and written atomically (never half a file)."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -13,3 +15,19 @@ def read_json_dict(path: str | Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write through a temp file in the same folder, then os.replace: readers see the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise

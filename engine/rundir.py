@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
+from engine.jsonio import write_text_atomic
+
 DEFAULT_RUNS_DIR = Path("lf_runs")
 STATES = ("pending", "running", "completed", "failed", "stopped")
 CHECKPOINT_MARKER = "CHECKPOINT_COMPLETE"
@@ -53,13 +55,7 @@ def default_output_dir(model_path: str, method: str, run_id: str, stage: str = "
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, ensure_ascii=False, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -174,22 +174,6 @@ def stamp_of(run_id: str) -> datetime | None:
         return None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text through a temp file in the same folder + os.replace: never half a file."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-
-
 def rename_for_model(state: WizardState, runs_dir: str | Path | None = None) -> WizardState:
     """Give a draft run its final id <model>_<method>_<stamp> (same stamp), moving the folder.
 

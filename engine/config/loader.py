@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 
 from engine.errors import ConfigError
+from engine.jsonio import write_text_atomic
 
 C = TypeVar("C")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -148,7 +149,4 @@ def config_to_dict(config: Any, *, drop_defaults: bool = False) -> dict[str, Any
 
 def dump_yaml(data: dict[str, Any], path: Path) -> None:
     """Write YAML atomically (temp file, then rename), so a crash never leaves half a config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -11,12 +11,12 @@ import csv
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import DataError
+from engine.jsonio import write_text_atomic
 
 FileKind = Literal["json", "jsonl", "csv", "parquet", "arrow"]
 SUFFIX_KINDS: dict[str, FileKind] = {
@@ -209,7 +209,7 @@ def _read_table(path: Path, kind: FileKind) -> list[dict]:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON (indent 2, UTF-8) to `path` through a temp file in the same folder + os.replace."""
-    _write_atomic(Path(path), json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    write_text_atomic(Path(path), json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def write_rows_atomic(path: Path, rows: list[Any]) -> None:
@@ -219,21 +219,9 @@ def write_rows_atomic(path: Path, rows: list[Any]) -> None:
     if suffix == ".json":
         write_json_atomic(path, rows)
     elif suffix == ".jsonl":
-        _write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     else:
         raise DataError(f"Cannot write {path}: output files are .json or .jsonl. Choose a name with one of those.")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
 
 
 def refuse_output_path(source: Path, out_path: Path) -> None:

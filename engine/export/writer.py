@@ -9,13 +9,12 @@ runtimes read it there) and in chat_template.jinja (transformers 5 reads it ther
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from engine.export.merge import Check, Fingerprint, entries_match
+from engine.jsonio import write_text_atomic
 
 SAFE_INDEX = "model.safetensors.index.json"
 LEGACY_INDEX = "pytorch_model.bin.index.json"
@@ -158,12 +157,4 @@ def _storage(tensor: torch.Tensor) -> tuple:
 
 def write_json_atomic(path: Path, data) -> None:
     """Temp file in the same folder, then os.replace: readers see the old file or the new one, never half."""
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, ensure_ascii=False)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +20,7 @@ from engine.errors import ConfigError, EngineError
 from engine.inference.config import InferConfig, load_infer_config
 from engine.inference.prompts import prompt_text, read_prompts
 from engine.inference.source import ModelPlan, plan_model
+from engine.jsonio import write_text_atomic
 
 
 def base_plan(tuned: ModelPlan) -> ModelPlan:
@@ -82,16 +81,7 @@ def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str 
 
 def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
     """Write every row, then rename into place: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelError
+from engine.jsonio import write_text_atomic
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 BUILD_MARKER = "lf_demo_build.json"
@@ -353,6 +354,4 @@ def _build_lock(target: Path) -> Iterator[None]:
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")

@@ -15,7 +15,8 @@ from typing import Any
 from assistant.i18n import t
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.stages.train import display_path
-from assistant.wizard.state import WizardState, write_text_atomic
+from assistant.wizard.state import WizardState
+from engine.jsonio import write_text_atomic
 from engine.rundir import read_jsonl
 
 STAGE = "validate"
