@@ -1,53 +1,29 @@
-"""The public face of the engine: load and validate configs, train (in this process or detached), find runs.
+"""The public face of the engine: load and validate configs, train (in this process or detached), resume, stop.
 
-Nothing here imports torch at module import; the TUI and the CLI stay fast.
+This module is the launcher: it alone, with the training process, writes a run's status. It takes the run
+folder's and the output folder's locks before it writes anything and hands them to the process it starts, so two
+trainings can never share a folder. Nothing here imports torch at module import; the TUI and the CLI stay fast.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import TrainConfig, config_to_dict, dump_yaml, parse_overrides, read_yaml
+from engine.config import TrainConfig, config_to_dict, dump_yaml, ignored_keys, load_config, read_yaml  # noqa: F401
 from engine.config import validate as _validate
-from engine.config.loader import build_dataclass
-from engine.config.train import ACCEPTED_FOREIGN_KEYS, KEY_ALIASES
 from engine.errors import ConfigError, EngineError
-from engine.rundir import RunDir, new_run_id, runs_root
+from engine.ownership import Lock, acquire, claim_output_dir, handover_env, marker_run
+from engine.runstatus import LIVE_STATES, ProcessIdentity, RunState, RunStatus, load_status_file
+from engine.rundir import RunDir, find_run, new_run_id, runs_root
 
-
-def load_config(source: str | Path | dict[str, Any], *overrides: str, **kw_overrides: Any) -> TrainConfig:
-    """A TrainConfig from a YAML path or a dict, with ``key=value`` strings and keyword overrides applied.
-
-    Unknown keys raise ConfigError naming the nearest valid key. Relative paths in the config (dataset_dir,
-    deepspeed) are later resolved against the config file's folder, then the working directory.
-    """
-    if isinstance(source, dict):
-        data, config_dir = dict(source), None
-    else:
-        data, config_dir = read_yaml(source), str(Path(source).resolve().parent)
-    data.update(parse_overrides(list(overrides)))
-    data.update(kw_overrides)
-    for alias, key in KEY_ALIASES.items():
-        if alias in data:
-            value = data.pop(alias)
-            if key in data and data[key] not in (None, value, 1):
-                raise ConfigError(f"{alias}={value} and {key}={data[key]} disagree; keep one of them.")
-            data[key] = value
-    config, _ignored = build_dataclass(TrainConfig, data, accepted_foreign=ACCEPTED_FOREIGN_KEYS,
-                                       source=str(source) if not isinstance(source, dict) else "config")
-    config.config_dir = config_dir
-    return config
-
-
-def ignored_keys(source: str | Path | dict[str, Any]) -> list[str]:
-    """Keys of another tool's YAML that we accept but do not use (so the user is told, not surprised)."""
-    data = dict(source) if isinstance(source, dict) else read_yaml(source)
-    return sorted(k for k in data if k in ACCEPTED_FOREIGN_KEYS)
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def validate(config: TrainConfig) -> list[str]:
@@ -70,61 +46,127 @@ class RunHandle:
     def path(self) -> Path:
         return self.run.path
 
-    def status(self) -> dict:
+    def status(self) -> RunStatus:
         return self.run.read_status()
 
     def metrics(self) -> list[dict]:
         return self.run.read_metrics()
 
-    def wait(self, timeout: float | None = None, poll_s: float = 0.5) -> dict:
+    def wait(self, timeout: float | None = None, poll_s: float = 0.5) -> RunStatus:
         """Block until the run reaches completed / failed / stopped (judged by status.json, not the launcher)."""
         deadline = None if timeout is None else time.time() + timeout
         while True:
             if self.process is not None:
                 self.process.poll()  # reap the child so a dead process is seen as dead
             status = self.run.read_status()
-            if status.get("state") in ("completed", "failed", "stopped"):
+            if status.is_terminal:
                 return status
             if deadline is not None and time.time() > deadline:
-                raise TimeoutError(f"run {self.run_id} still {status.get('state')} after {timeout} s")
+                raise TimeoutError(f"run {self.run_id} still {status.state} after {timeout} s")
             time.sleep(poll_s)
 
 
-def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_id: str | None = None,
-                run_dir: str | Path | None = None) -> tuple[TrainConfig, RunDir]:
-    """Create the run folder and write its resolved, self-contained config before anything trains."""
+def check_run_id(run_id: str) -> str:
+    """A run id names a folder under the runs folder: letters, digits, '.', '_', '-', nothing that is a path."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
+        shown = repr(run_id)[:60]
+        raise ConfigError(f"Run id {shown} is not a plain name: use 1-100 letters, digits, '.', '_' or '-', starting "
+                          "with a letter or digit (no '/', no '..').")
+    return run_id
+
+
+def _run_folder(config: TrainConfig, runs_dir, run_id: str | None, run_dir) -> tuple[RunDir, bool]:
+    """The run folder, created now (a generated id never reuses a folder). Returns (run, created)."""
+    if run_dir is not None:
+        path = Path(run_dir)
+        created = not path.exists()
+        path.mkdir(parents=True, exist_ok=True)
+        return RunDir(path), created
+    root = runs_root(runs_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    if run_id is not None:
+        path = root / check_run_id(run_id)
+        created = not path.exists()
+        path.mkdir(exist_ok=True)
+        return RunDir(path), created
+    base_id = candidate = new_run_id(config.model_name_or_path or "lf-tiny-qwen3", config.method)
+    for counter in range(2, 10_000):
+        try:
+            (root / candidate).mkdir()
+            return RunDir(root / candidate), True
+        except FileExistsError:
+            candidate = f"{base_id}-{counter}"
+    raise EngineError(f"Too many runs named {base_id} under {root}.")
+
+
+def _resolve_paths(config: TrainConfig, run: RunDir) -> TrainConfig:
+    """Absolute paths, so the saved config reproduces the run from anywhere."""
     from engine.data.registry import find_dataset_dir
     from engine.rundir import default_output_dir
 
-    problems = _validate(config)
-    if problems:
-        raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
-    model = config.model_name_or_path or "lf-tiny-qwen3"
-    if run_dir is None and run_id is None:
-        # Two runs started in the same second get -2, -3 ...: a run folder is never shared.
-        base_id = run_id = new_run_id(model, config.method)
-        counter = 2
-        while (runs_root(runs_dir) / run_id).exists():
-            run_id, counter = f"{base_id}-{counter}", counter + 1
-    run = RunDir(Path(run_dir) if run_dir else runs_root(runs_dir) / run_id)
-    if (run.path / "status.json").exists() and run.read_status().get("state") not in (None, "pending"):
-        raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
-    run.path.mkdir(parents=True, exist_ok=True)
-    # Absolute paths so the saved config reproduces the run from anywhere.
     dataset_dir = find_dataset_dir(config.dataset_dir, config_dir=Path(config.config_dir) if config.config_dir else None)
     resolved = replace(config, dataset_dir=str(dataset_dir.resolve()))
     if resolved.model_name_or_path and Path(resolved.model_name_or_path).expanduser().exists():
         resolved.model_name_or_path = str(Path(resolved.model_name_or_path).expanduser().resolve())
     if not resolved.output_dir:
-        resolved.output_dir = default_output_dir(model, config.method, run.run_id, config.stage)
+        resolved.output_dir = default_output_dir(config.model_name_or_path or "lf-tiny-qwen3", config.method,
+                                                 run.run_id, config.stage)
     resolved.output_dir = str(Path(resolved.output_dir).expanduser().resolve())
     if resolved.deepspeed and not Path(resolved.deepspeed).is_absolute():
         candidate = Path(resolved.deepspeed)
         resolved.deepspeed = str((candidate if candidate.exists() else config.base_dir() / candidate).resolve())
     resolved.config_dir = str(run.path.resolve())
-    dump_yaml(config_to_dict(resolved), run.path / f"{config.stage}.yaml")
-    run.update_status(state="pending", run_id=run.run_id, model=model, method=config.method, stage=config.stage,
-                      output_dir=resolved.output_dir, created_at=time.time())
+    return resolved
+
+
+def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -> tuple[TrainConfig, RunDir,
+                                                                                         list[Lock]]:
+    """Validate, take the run folder's and output folder's locks, check the disk, write the config and a pending
+    status. Returns the locks still held; on any problem nothing of the user's is touched and they are dropped."""
+    problems = _validate(config)
+    if problems:
+        raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
+    run, created = _run_folder(config, runs_dir, run_id, run_dir)
+    locks: list[Lock] = []
+    try:
+        locks.append(acquire(run.path, run_id=run.run_id, what="run folder"))
+        if load_status_file(run.status_path).state != RunState.PENDING:
+            raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
+        resolved = _resolve_paths(config, run)
+        locks.append(acquire(resolved.output_dir, run_id=run.run_id, what="output_dir"))
+        claim_output_dir(resolved.output_dir, run.run_id, overwrite=resolved.overwrite_output_dir,
+                         resume=bool(resolved.resume_from_checkpoint))
+        from engine.preflight import check_before_training
+
+        notes = check_before_training(resolved, resolved.model_name_or_path, run.path, Path(resolved.output_dir))
+        dump_yaml(config_to_dict(resolved), run.path / f"{config.stage}.yaml")
+        run.update_status(state=RunState.PENDING, run_id=run.run_id, model=config.model_name_or_path or "lf-tiny-qwen3",
+                          method=config.method, stage=config.stage, output_dir=resolved.output_dir,
+                          created_at=time.time(), notes=notes)
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        if created:
+            _remove_if_only_lock(run.path)
+        raise
+    return resolved, run, locks
+
+
+def _remove_if_only_lock(folder: Path) -> None:
+    """A run folder this call created and nothing but its lock file went into: take it away again."""
+    from engine.ownership import LOCK_NAME
+
+    if folder.is_dir() and all(p.name == LOCK_NAME for p in folder.iterdir()):
+        (folder / LOCK_NAME).unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_id: str | None = None,
+                run_dir: str | Path | None = None) -> tuple[TrainConfig, RunDir]:
+    """Create the run folder and write its resolved, self-contained config before anything trains."""
+    resolved, run, locks = _prepare(config, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir)
+    for lock in locks:
+        lock.release()
     return resolved, run
 
 
@@ -141,40 +183,38 @@ def train(config: TrainConfig | str | Path | dict, *, detach: bool = False, runs
     """
     if not isinstance(config, TrainConfig):
         config = load_config(config)
-    resolved, run = prepare_run(config, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir)
+    resolved, run, locks = _prepare(config, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir)
     nproc_per_node = nproc_per_node or resolved.nproc_per_node
     if detach or (nproc_per_node or 1) > 1:
-        handle = RunHandle(run, launch_detached(run, resolved.stage, env=env, nproc_per_node=nproc_per_node))
+        handle = RunHandle(run, launch_detached(run, resolved.stage, env=env, nproc_per_node=nproc_per_node,
+                                                locks=locks))
         if not detach:
-            code = handle.process.wait()
-            if run.read_status().get("state") not in ("completed", "failed", "stopped"):
-                reason = f"training processes exited with code {code} before recording an end; see {run.log_path}"
-                run.append_event("failed", reason=reason)
-                run.update_status(state="failed", finished_at=time.time(), exit_reason=reason)
+            wait_and_record(handle)
         return handle
-    _train_here(resolved, run, on_log, stop)
+    _train_here(resolved, run, locks, on_log, stop)
     return RunHandle(run, None)
 
 
-def _recipe(stage: str):
-    if stage == "dpo":
-        from engine.recipes import dpo
+def wait_and_record(handle: RunHandle) -> RunStatus:
+    """Wait for the launched processes; if they ended without recording an end, record that (as the launcher)."""
+    code = handle.process.wait()
+    if not handle.run.read_status().is_terminal:
+        reason = f"training processes exited with code {code} before recording an end; see {handle.run.log_path}"
+        handle.run.append_event("failed", reason=reason)
+        handle.run.update_status(state=RunState.FAILED, finished_at=time.time(), exit_reason=reason)
+    return handle.run.read_status()
 
-        return dpo
-    from engine.recipes import sft
 
-    return sft
-
-
-def _train_here(config: TrainConfig, run: RunDir, on_log, stop=None) -> dict:
-    from engine.recipes.sft import record_failure
+def _train_here(config: TrainConfig, run: RunDir, locks: list[Lock], on_log, stop=None) -> RunStatus:
+    from engine.recipes import run_stage
+    from engine.recipes.entry import record_failure
     from engine.training.loop import StopFlag
 
-    run.update_status(state="running", pid=os.getpid(), started_at=time.time())
+    run.update_status(state=RunState.RUNNING, process=ProcessIdentity.current(), started_at=time.time())
     try:
-        return _recipe(config.stage).train(config, run, on_log=on_log, stop=stop or StopFlag())
+        return run_stage(config, run, on_log=on_log, stop=stop or StopFlag())
     except KeyboardInterrupt:
-        run.update_status(state="stopped", finished_at=time.time(), exit_reason="interrupted (Ctrl-C)")
+        run.update_status(state=RunState.STOPPED, finished_at=time.time(), exit_reason="interrupted (Ctrl-C)")
         raise
     except EngineError as exc:
         record_failure(run, str(exc))
@@ -182,69 +222,111 @@ def _train_here(config: TrainConfig, run: RunDir, on_log, stop=None) -> dict:
     except Exception as exc:
         record_failure(run, f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _take_locks(run: RunDir, output_dir: str | None) -> list[Lock]:
+    locks = [acquire(run.path, run_id=run.run_id, what="run folder")]
+    try:
+        if output_dir:
+            locks.append(acquire(output_dir, run_id=run.run_id, what="output_dir"))
+    except BaseException:
+        locks[0].release()
+        raise
+    return locks
 
 
 def launch_detached(run: RunDir, stage: str = "sft", *, env: dict[str, str] | None = None,
-                    nproc_per_node: int | None = None) -> subprocess.Popen:
+                    nproc_per_node: int | None = None, locks: list[Lock] | None = None) -> subprocess.Popen:
     """Start the recipe as its own session (it survives the terminal closing); output goes to train.log.
 
-    Several processes (``nproc_per_node``, the config's nproc_per_node, or the GPU choice in device.json) start
-    through torchrun, every rank's output prefixed with its rank in train.log."""
+    The run's locks (taken here unless given) pass to the new process, which holds them until it ends. Several
+    processes (``nproc_per_node``, the config's nproc_per_node, or the GPU choice in device.json) start through
+    torchrun, every rank's output prefixed with its rank in train.log."""
     from engine.parallel.launch import plan_launch
 
-    plan = plan_launch(run.path, stage, nproc_per_node=nproc_per_node)
-    command = plan.local_command()
-    child_env = {**os.environ, **plan.env, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    # The package must be importable from the child even when started outside the repo.
-    root = str(Path(__file__).resolve().parent.parent)
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
-    with open(run.log_path, "a", encoding="utf-8") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=child_env, start_new_session=True, cwd=os.getcwd())
-    run.update_status(pid=process.pid, started_at=time.time(), command=command)
-    run.append_event("launched", pid=process.pid, command=command)
+    if locks is None:
+        locks = _take_locks(run, run.read_status().output_dir)
+    try:
+        plan = plan_launch(run.path, stage, nproc_per_node=nproc_per_node)
+        command = plan.local_command()
+        child_env = {**os.environ, **plan.env, **(env or {}), "PYTHONUNBUFFERED": "1", **handover_env(locks)}
+        # The package must be importable from the child even when started outside the repo.
+        root = str(Path(__file__).resolve().parent.parent)
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
+        with open(run.log_path, "a", encoding="utf-8") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=child_env, start_new_session=True, cwd=os.getcwd(),
+                                       pass_fds=[lock.fd for lock in locks if lock.fd is not None])
+        run.update_status(process=ProcessIdentity.of(process.pid), started_at=time.time(), command=command)
+        run.append_event("launched", pid=process.pid, command=command)
+    finally:
+        for lock in locks:  # the child holds them now (or nobody does, if it could not start)
+            lock.release()
     return process
+
+
+def plan_launch(run_dir: str | Path, stage: str = "sft", **options):
+    """How a prepared run folder is started on several processes or nodes (engine.parallel.launch.LaunchPlan)."""
+    from engine.parallel.launch import plan_launch as _plan
+
+    return _plan(run_dir, stage, **options)
 
 
 def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = True,
            env: dict[str, str] | None = None) -> RunHandle:
     """Continue a failed or stopped run from its newest complete checkpoint, in the same run folder."""
-    from engine.rundir import find_run
-
     run = find_run(run_id, runs_dir)
     status = run.read_status()
-    if status.get("state") == "running":
-        raise EngineError(f"Run {run.run_id} is still running (pid {status.get('pid')}); nothing to resume.")
-    if status.get("state") == "completed":
+    if status.state == RunState.COMPLETED:
         raise EngineError(f"Run {run.run_id} already completed.")
-    stage = status.get("stage") or "sft"
-    config_path = run.path / f"{stage}.yaml"
-    data = read_yaml(config_path)
-    data["resume_from_checkpoint"] = "auto"
-    data["overwrite_output_dir"] = True
-    dump_yaml(data, config_path)
-    run.update_status(state="pending", exit_reason=None, finished_at=None, resumed_at=time.time())
-    run.append_event("resume_requested")
+    locks = _take_locks(run, status.output_dir)  # a live run holds them: refused, naming it
+    try:
+        owner = marker_run(Path(status.output_dir)) if status.output_dir else None
+        if owner not in (None, run.run_id):
+            raise EngineError(f"output_dir {status.output_dir} now holds the results of run {owner}; resuming "
+                              f"{run.run_id} there would continue from another run's checkpoints.")
+        config_path = run.path / f"{status.stage}.yaml"
+        data = read_yaml(config_path)
+        data["resume_from_checkpoint"] = "auto"
+        dump_yaml(data, config_path)
+        run.clear_stop_request()
+        run.update_status(state=RunState.PENDING, exit_reason=None, finished_at=None, resumed_at=time.time())
+        run.append_event("resume_requested")
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        raise
     if detach:
-        return RunHandle(run, launch_detached(run, stage, env=env))
-    config = load_config(config_path)
-    _train_here(config, run, None)
+        return RunHandle(run, launch_detached(run, status.stage, env=env, locks=locks))
+    _train_here(load_config(config_path), run, locks, None)
     return RunHandle(run, None)
 
 
-def stop(run_id: str, *, runs_dir: str | Path | None = None) -> dict:
-    """Ask a running training to stop: it saves a checkpoint and records "stopped"."""
-    import signal
+def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False) -> RunStatus:
+    """Ask a running training to stop: it finishes its step, saves a checkpoint and records "stopped".
 
-    from engine.rundir import find_run, pid_alive
-
+    The request is a file in the run folder that every rank agrees on at the next step, so no process is
+    signalled. ``force`` also sends SIGTERM to the training's process group, after checking by pid, start time and
+    host that it is that training's process and not another that reused its pid."""
     run = find_run(run_id, runs_dir)
     status = run.read_status()
-    pid = status.get("pid")
-    if status.get("state") != "running" or not pid_alive(pid):
-        raise EngineError(f"Run {run.run_id} is not running (state: {status.get('state')}).")
-    os.kill(pid, signal.SIGTERM)
-    run.append_event("stop_requested", pid=pid)
+    if status.state not in LIVE_STATES:
+        raise EngineError(f"Run {run.run_id} is not running (state: {status.state}).")
+    run.request_stop("lf-assistant stop")
+    if force:
+        identity = status.process
+        if identity is None or identity.alive() is not True:
+            raise EngineError(f"Run {run.run_id}'s process cannot be verified on this host (pid "
+                              f"{identity.pid if identity else '-'}); the stop request is written and the run ends at "
+                              "its next step.")
+        if os.getpgid(identity.pid) == identity.pid:  # a session leader we started: its group is the run
+            os.killpg(identity.pid, signal.SIGTERM)
+        else:
+            os.kill(identity.pid, signal.SIGTERM)
+    run.append_event("stop_requested", force=force)
     return status
 
 

@@ -31,3 +31,15 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it; there is no read-only call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | Path, *, directory: bool = False) -> None:
+    """Give a file or folder made by mkstemp/mkdtemp (always 0600/0700) the mode a plain create would have."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())

@@ -11,12 +11,14 @@
     state.json        the wizard's answers (written by the assistant, never by the engine)
     infer.yaml / export.yaml / validation.jsonl   written by the later stages
 
-Writers append or replace atomically; readers never need a lock. A status that says "running" whose process is
-gone is reported as failed, never left as running.
+Writers append or replace atomically; readers never need a lock. ``status.json`` has one typed schema
+(engine.runstatus.RunStatus) and is written only by the launcher and the training process; readers see a status
+whose process is provably gone as failed without writing anything. ``stop_request.json`` asks a run to stop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -26,11 +28,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.jsonio import write_text_atomic
+from engine.jsonio import read_json_dict, write_text_atomic
+from engine.runstatus import RunStatus, load_status_file, read_status, strict_json
 
 DEFAULT_RUNS_DIR = Path("lf_runs")
-STATES = ("pending", "running", "completed", "failed", "stopped")
 CHECKPOINT_MARKER = "CHECKPOINT_COMPLETE"
+STOP_REQUEST = "stop_request.json"
 
 
 def runs_root(runs_dir: str | Path | None = None) -> Path:
@@ -55,7 +58,7 @@ def default_output_dir(model_path: str, method: str, run_id: str, stage: str = "
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: readers see the old or the new file, never half."""
-    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    write_text_atomic(path, json.dumps(strict_json(data), indent=2, ensure_ascii=False, default=str, allow_nan=False))
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -75,23 +78,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) still answers kill(0); it is not alive.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 @dataclass
 class RunDir:
     """Paths and readers/writers for one run folder."""
@@ -108,9 +94,8 @@ class RunDir:
     # --- paths
     @property
     def config_path(self) -> Path:
-        stage = self.read_status().get("stage") or "sft"
-        candidate = self.path / f"{stage}.yaml"
-        return candidate if candidate.exists() or stage == "sft" else self.path / "sft.yaml"
+        candidate = self.path / f"{self.read_status().stage}.yaml"
+        return candidate if candidate.exists() else self.path / "sft.yaml"
 
     @property
     def log_path(self) -> Path:
@@ -128,14 +113,20 @@ class RunDir:
     def status_path(self) -> Path:
         return self.path / "status.json"
 
+    @property
+    def stop_request_path(self) -> Path:
+        return self.path / STOP_REQUEST
+
     def file(self, name: str) -> Path:
         return self.path / name
 
-    # --- writers (the training process)
+    # --- writers (the training process and the launcher)
     def append_jsonl(self, path: Path, row: dict) -> None:
+        """One strict-JSON line (non-finite numbers become null), appended and flushed."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(strict_json(row), ensure_ascii=False, default=str, allow_nan=False)
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            handle.write(line + "\n")
             handle.flush()
 
     def append_metric(self, row: dict) -> None:
@@ -144,31 +135,42 @@ class RunDir:
     def append_event(self, kind: str, **data: Any) -> None:
         self.append_jsonl(self.events_path, {"time": time.time(), "event": kind, **data})
 
-    def update_status(self, **fields: Any) -> dict:
-        status = self._read_status_file()
-        status.update(fields)
-        status["updated_at"] = time.time()
-        write_json_atomic(self.status_path, status)
+    def update_status(self, **fields: Any) -> RunStatus:
+        """Replace the named fields of status.json (only the launcher and the trainer call this)."""
+        status = dataclasses.replace(load_status_file(self.status_path), **fields, updated_at=time.time())
+        write_json_atomic(self.status_path, status.to_json())
         return status
+
+    def request_stop(self, reason: str) -> None:
+        write_json_atomic(self.stop_request_path, {"time": time.time(), "reason": reason})
+
+    def stop_requested(self) -> str | None:
+        """The reason of a pending stop request, or None."""
+        if not self.stop_request_path.is_file():
+            return None
+        return str(read_json_dict(self.stop_request_path).get("reason") or "stop requested")
+
+    def clear_stop_request(self) -> None:
+        self.stop_request_path.unlink(missing_ok=True)
 
     # --- readers (the TUI, the CLI, the API)
-    def _read_status_file(self) -> dict:
-        try:
-            return json.loads(self.status_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return {}
-
-    def read_status(self) -> dict:
-        """The status, with a dead "running" process turned into "failed" (and recorded as such)."""
-        status = self._read_status_file()
-        if status.get("state") in ("running", "pending") and status.get("pid") and not pid_alive(status["pid"]):
-            reason = "the training process exited without recording an end (killed, out of memory, or the machine " \
-                     "restarted)"
-            status = self.update_status(state="failed", finished_at=time.time(), exit_reason=reason)
-        return status
+    def read_status(self) -> RunStatus:
+        """The status with liveness worked out in memory (a dead "running" process reads as failed)."""
+        return read_status(self.path)
 
     def read_metrics(self) -> list[dict]:
-        return read_jsonl(self.metrics_path)
+        """Metric rows in step order. A resumed run logs again the steps after its checkpoint: the later row of a
+        step replaces the earlier one (training and eval rows separately), so charts never count a step twice."""
+        kinds: dict[bool, list[dict]] = {False: [], True: []}
+        for row in read_jsonl(self.metrics_path):
+            step = row.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
+                continue
+            rows = kinds["eval_loss" in row]
+            while rows and rows[-1]["step"] >= step:
+                rows.pop()
+            rows.append(row)
+        return sorted(kinds[False] + kinds[True], key=lambda row: (row["step"], "eval_loss" in row))
 
     def read_events(self) -> list[dict]:
         return read_jsonl(self.events_path)
@@ -186,19 +188,23 @@ class RunDir:
     def summary(self) -> dict:
         """One row for run listings: id, model, method, state, steps, final loss, dates."""
         status = self.read_status()
-        metrics = self.read_metrics()
-        losses = [m for m in metrics if m.get("loss") is not None]
+        final = status.final_loss
+        if final is None:
+            losses = [m for m in self.read_metrics() if m.get("loss") is not None]
+            final = losses[-1]["loss"] if losses else None
         return {
             "run_id": self.run_id,
-            "model": status.get("model"),
-            "method": status.get("method"),
-            "stage": status.get("stage", "sft"),
-            "state": status.get("state", "unknown"),
-            "step": status.get("step", losses[-1]["step"] if losses else 0),
-            "total_steps": status.get("total_steps"),
-            "final_loss": losses[-1]["loss"] if losses else None,
-            "started_at": status.get("started_at"),
-            "output_dir": status.get("output_dir"),
+            "model": status.model,
+            "method": status.method,
+            "stage": status.stage,
+            "state": str(status.state),
+            "step": status.step,
+            "total_steps": status.total_steps,
+            "final_loss": final,
+            "started_at": status.started_at,
+            "finished_at": status.finished_at,
+            "output_dir": status.output_dir,
+            "exit_reason": status.exit_reason,
         }
 
 
@@ -246,3 +252,24 @@ def find_complete_checkpoints(output_dir: str | Path) -> list[Path]:
         if step.isdigit() and (child / CHECKPOINT_MARKER).exists():
             found.append((int(step), child))
     return [path for _, path in sorted(found)]
+
+
+def resolve_resume(resume_from_checkpoint: str | None, output_dir: Path) -> Path | None:
+    """``auto`` -> newest complete checkpoint in output_dir (None if there is none); a path must be complete."""
+    if not resume_from_checkpoint:
+        return None
+    if str(resume_from_checkpoint).lower() in ("auto", "true", "latest"):
+        complete = find_complete_checkpoints(output_dir)
+        return complete[-1] if complete else None
+    from engine.errors import ConfigError
+
+    path = Path(resume_from_checkpoint)
+    if not path.is_dir() and str(resume_from_checkpoint).isdigit():
+        path = Path(output_dir) / f"checkpoint-{resume_from_checkpoint}"
+    if not (path / CHECKPOINT_MARKER).exists():
+        complete = [p.name for p in find_complete_checkpoints(output_dir)]
+        listing = ", ".join(complete) if complete else "none"
+        raise ConfigError(f"resume_from_checkpoint {resume_from_checkpoint} is not a complete checkpoint "
+                          f"(no {CHECKPOINT_MARKER} marker). Complete checkpoints in {output_dir}: {listing}. "
+                          "Use resume_from_checkpoint: auto to take the newest complete one.")
+    return path

@@ -110,7 +110,7 @@ def preview(
     from engine.data.registry import find_dataset_dir
     from engine.errors import ConfigError
     from engine.models.loading import load_tokenizer
-    from engine.training.setup import resolve_model_path, resolve_template
+    from engine.models.resolve import resolve_model_path, resolve_template
 
     console = Console(highlight=False)
     cfg = engine.load_config(config, *(overrides or []))

@@ -33,8 +33,7 @@ def launch(
 ) -> None:
     """Train on several processes through torchrun, or print the command for every node (and a SLURM script)."""
     import engine
-    from engine.api import prepare_run
-    from engine.parallel.launch import plan_launch
+    from engine.api import plan_launch, prepare_run
 
     cfg = engine.load_config(config, *(overrides or []))
     problems = engine.validate(cfg)
@@ -73,7 +72,7 @@ def _save_gpu_choice(gpus: str, run_dir: Path) -> None:
 
 
 def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
-    from engine.api import launch_detached
+    from engine.api import RunHandle, launch_detached, wait_and_record
 
     process = launch_detached(run, stage, nproc_per_node=nproc)
     typer.echo(f"started run {run.run_id}: {nproc} process(es), launcher pid {process.pid}")
@@ -84,17 +83,13 @@ def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
     last_step = None
     while process.poll() is None:
         status = run.read_status()
-        if status.get("step") != last_step and status.get("loss") is not None:
-            last_step = status.get("step")
-            typer.echo(f"  step {last_step}/{status.get('total_steps')} loss {status['loss']:.4f}")
+        if status.step != last_step and status.loss is not None:
+            last_step = status.step
+            typer.echo(f"  step {last_step}/{status.total_steps} loss {status.loss:.4f}")
         time.sleep(1.0)
-    status = run.read_status()
-    if status.get("state") not in ("completed", "failed", "stopped"):
-        reason = f"training processes exited with code {process.returncode} before recording an end"
-        run.append_event("failed", reason=reason)
-        status = run.update_status(state="failed", exit_reason=reason, finished_at=time.time())
-    state = status.get("state")
-    typer.echo(f"{state}: {status.get('step')} steps; {status.get('exit_reason') or ''}".rstrip("; "))
+    status = wait_and_record(RunHandle(run, process))
+    state = status.state
+    typer.echo(f"{state}: {status.step} steps; {status.exit_reason or ''}".rstrip("; "))
     if state != "completed":
         typer.echo(f"  see {run.log_path}", err=True)
         raise typer.Exit(1)

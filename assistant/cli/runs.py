@@ -67,33 +67,35 @@ def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."
     run = engine.runs.get(run_id, runs_dir)
     while True:
         st = run.read_status()
-        state = st.get("state", "unknown")
-        loss = f"{st['loss']:.4f}" if st.get("loss") is not None else "-"
-        console.print(f"{run.run_id}: {_state_text(state)}  step {st.get('step', 0)}/{st.get('total_steps', '?')}  "
-                      f"loss {loss}  elapsed {fmt_duration(st.get('elapsed_s'))}  ETA {fmt_duration(st.get('eta_s'))}")
-        if not follow or state in ("completed", "failed", "stopped"):
+        state = st.state
+        loss = f"{st.loss:.4f}" if st.loss is not None else "-"
+        eta = None if st.is_terminal else st.eta_s
+        console.print(f"{run.run_id}: {_state_text(state)}  step {st.step}/{st.total_steps or '?'}  "
+                      f"loss {loss}  elapsed {fmt_duration(st.elapsed_s)}  ETA {fmt_duration(eta)}")
+        if not follow or st.is_terminal:
             break
         time.sleep(2)
-    if st.get("exit_reason") and state in ("failed", "stopped"):
-        console.print(f"  reason: {st['exit_reason']}", markup=False)
-        if st.get("last_checkpoint"):
-            console.print(f"  continue with: lf-assistant resume-train {run.run_id}")
-    if st.get("output_dir"):
-        console.print(f"  output: {st['output_dir']}", markup=False)
-    for note in st.get("notes", []):
+    if st.exit_reason and state in ("failed", "stopped"):
+        console.print(f"  reason: {st.exit_reason}", markup=False)
+        if st.last_checkpoint:
+            console.print(f"  continue with: lf-assistant resume-train {run.run_id}", markup=False)
+    if st.output_dir:
+        console.print(f"  output: {st.output_dir}", markup=False)
+    for note in st.notes:
         console.print(f"  note: {note}", markup=False)
     if state == "failed":
         raise typer.Exit(1)
 
 
 @fail_on_engine_error
-def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[Path] = typer.Option(None, "--runs-dir")
-         ) -> None:
-    """Stop a running training; it saves a checkpoint first and can be resumed."""
+def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+         force: bool = typer.Option(False, "--force", help="Also send SIGTERM to the training's processes (after "
+                                    "checking they are that run's, not a reused pid).")) -> None:
+    """Stop a running training at the end of its current step; it saves a checkpoint first and can be resumed."""
     import engine
 
-    engine.stop(run_id, runs_dir=runs_dir)
-    typer.echo(f"asked {run_id} to stop; it saves a checkpoint and records 'stopped'.")
+    engine.stop(run_id, runs_dir=runs_dir, force=force)
+    typer.echo(f"asked {run_id} to stop; it finishes its step, saves a checkpoint and records 'stopped'.")
 
 
 @fail_on_engine_error

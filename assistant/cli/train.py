@@ -27,6 +27,7 @@ def train(
     """Fine-tune a model from a YAML config. Writes lf_runs/<run_id>/ (config, log, metrics, status) and the
     adapter or model into output_dir."""
     from rich.console import Console
+    from rich.markup import escape
 
     import engine
     from engine.api import ignored_keys
@@ -52,9 +53,9 @@ def train(
         if not detach:
             console.print(f"run [bold]{handle.run_id}[/] started with {cfg.nproc_per_node} processes")
             status = handle.wait()
-            console.print(f"[bold]{status.get('state')}[/]: {status.get('exit_reason') or ''}")
-            console.print(f"  run folder : {handle.path}\n  output     : {status.get('output_dir')}")
-            if status.get("state") != "completed":
+            console.print(f"[bold]{status.state}[/]: {escape(status.exit_reason or '')}")
+            console.print(f"  run folder : {handle.path}\n  output     : {status.output_dir}", markup=False)
+            if status.state != "completed":
                 raise typer.Exit(1)
             return
         console.print(f"started run [bold]{handle.run_id}[/] (pid {handle.process.pid})")
@@ -86,11 +87,11 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
     with progress:
         handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, on_log=on_log)
     status = handle.status()
-    final = status.get("final_loss")
-    console.print(f"[bold green]{status.get('state')}[/]: {status.get('step')} steps in "
-                  f"{fmt_duration(status.get('runtime_s'))}, final loss {final:.4f}" if final is not None else
-                  f"[bold]{status.get('state')}[/]")
+    final = status.final_loss
+    console.print(f"[bold green]{status.state}[/]: {status.step} steps in "
+                  f"{fmt_duration(status.runtime_s)}, final loss {final:.4f}" if final is not None else
+                  f"[bold]{status.state}[/]")
     console.print(f"  run folder : {handle.path}")
-    console.print(f"  output     : {status.get('output_dir')}")
-    if status.get("loss_plot"):
-        console.print(f"  loss plot  : {status['loss_plot']}")
+    console.print(f"  output     : {status.output_dir}", markup=False)
+    if status.loss_plot:
+        console.print(f"  loss plot  : {status.loss_plot}", markup=False)

@@ -99,7 +99,7 @@ class RunStarted(Message):
 
 
 class RunPolled(Message):
-    def __init__(self, status: dict, new_metrics: list[dict], log_lines: list[str], last_metric_at: float | None) -> None:
+    def __init__(self, status, new_metrics: list[dict], log_lines: list[str], last_metric_at: float | None) -> None:
         super().__init__()
         self.status, self.new_metrics, self.log_lines, self.last_metric_at = status, new_metrics, log_lines, last_metric_at
 

@@ -17,6 +17,7 @@ from typing import Any
 from assistant.i18n import t
 from assistant.wizard.skill import Skill
 from assistant.wizard.state import WizardState
+from engine.methods import is_adapter
 
 # finetuning_type written to the config for each method; QLoRA is LoRA on a quantized base.
 METHOD_TYPES: dict[str, str] = {"lora": "lora", "qlora": "lora", "full": "full", "freeze": "freeze"}
@@ -111,7 +112,7 @@ def _method_reason(state: WizardState, skill: Skill) -> str:
     reason = t("reason.method", method=method)
     if skill.training_stage != "dpo":
         return reason
-    if method in ("lora", "qlora"):
+    if is_adapter(method):
         return f"{reason}; {t('reason.pref_lora')}"
     if _pref_loss(state, skill) == "sigmoid":
         return f"{reason}; {t('reason.pref_full_reference')}"

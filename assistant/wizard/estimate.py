@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from engine.methods import is_adapter
 
 PEAK_FLOPS = {"cpu": 1.0e11, "gpu": 4.0e14}
 UTILISATION = {"cpu": 0.3, "gpu": 0.35}
@@ -74,10 +75,10 @@ def estimate(config: dict, *, model: str | None, method: str, on_gpu: bool, rows
     if params is None:
         return Estimate(None, None, None, basis)
     weight_bytes = 0.55 if method == "qlora" else (2 if on_gpu else 4)
-    trained = params * (LORA_SHARE if method in ("lora", "qlora") else 1.0)
+    trained = params * (LORA_SHARE if is_adapter(method) else 1.0)
     preference = config.get("stage") == "dpo"
     reference = preference and config.get("pref_loss", "sigmoid") == "sigmoid"
-    copies = 2 if reference and method not in ("lora", "qlora") else 1
+    copies = 2 if reference and not is_adapter(method) else 1
     memory = params * weight_bytes * copies + trained * 16
     hidden, layers = _model_shape(config.get("model_name_or_path"))
     tokens_per_row = min(config["cutoff_len"], (mean_chars or 4 * config["cutoff_len"]) / CHARS_PER_TOKEN)
@@ -92,7 +93,7 @@ def estimate(config: dict, *, model: str | None, method: str, on_gpu: bool, rows
         if total_steps and config.get("max_steps", -1) > 0:
             per_step = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"] * devices
             tokens = total_steps * per_step * tokens_per_row
-        per_token = (4 if method in ("lora", "qlora") else 6) + (2 if reference else 0)
+        per_token = (4 if is_adapter(method) else 6) + (2 if reference else 0)
         flops = tokens * (2 if preference else 1) * per_token * params
         kind = "gpu" if on_gpu else "cpu"
         seconds = STARTUP_S[kind] + flops / (PEAK_FLOPS[kind] * UTILISATION[kind] * devices)

@@ -14,6 +14,7 @@ from typing import Literal
 
 from assistant.wizard.skill import Skill
 from assistant.wizard.state import WizardState, load_state
+from engine.runstatus import RunStatus
 
 Action = Literal["continue", "reattach", "offer_resume", "after_training"]
 
@@ -23,7 +24,7 @@ class ResumePlan:
     state: WizardState
     stage: str
     action: Action
-    status: dict
+    status: RunStatus | None
 
 
 def plan_resume(run_folder: Path, skill: Skill) -> ResumePlan:
@@ -31,10 +32,10 @@ def plan_resume(run_folder: Path, skill: Skill) -> ResumePlan:
     from engine.rundir import RunDir
 
     state = load_state(run_folder)
-    status = RunDir(Path(run_folder)).read_status() if (Path(run_folder) / "status.json").exists() else {}
+    status = RunDir(Path(run_folder)).read_status() if (Path(run_folder) / "status.json").exists() else None
     if not state.launched:
         return ResumePlan(state, state.stage, "continue", status)
-    run_state = status.get("state")
+    run_state = status.state if status else None
     if run_state in ("running", "pending"):
         return ResumePlan(state.replace(stage="train"), "train", "reattach", status)
     if run_state in ("failed", "stopped"):
@@ -45,7 +46,7 @@ def plan_resume(run_folder: Path, skill: Skill) -> ResumePlan:
     stage = state.stage
     if stage == "train" or stage in done:
         stage = _first_open_after(skill, "train", done, state) or "summary"
-    new = state.replace(done=done, stage=stage, output_dir=status.get("output_dir") or state.output_dir)
+    new = state.replace(done=done, stage=stage, output_dir=status.output_dir or state.output_dir)
     return ResumePlan(new, stage, "after_training", status)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from assistant.wizard.state import STATE_FILE, WizardState, load_state
+from engine.runstatus import RunStatus
 
 
 @dataclass
@@ -32,7 +33,7 @@ class RunRecord:
 
     run_id: str
     path: Path
-    status: dict
+    status: RunStatus
     config: dict
     diff: list[dict]
     losses: list[tuple[int, float]]
@@ -87,7 +88,7 @@ def load_record(folder: Path) -> RunRecord:
     status = run.read_status()
     wizard = _wizard_state(run.path)
     config: dict = {}
-    config_path = run.path / f"{status.get('stage') or 'sft'}.yaml"
+    config_path = run.path / f"{status.stage or 'sft'}.yaml"
     if config_path.is_file():
         try:
             config = read_yaml(config_path)
@@ -97,7 +98,7 @@ def load_record(folder: Path) -> RunRecord:
               if m.get("loss") is not None and m.get("step") is not None]
     export_dir = wizard.export_dir if wizard and wizard.exported else None
     return RunRecord(run.run_id, run.path, status, config, list(wizard.diff) if wizard else [], losses,
-                     read_jsonl(run.path / "validation.jsonl"), export_dir, status.get("loss_plot"), wizard)
+                     read_jsonl(run.path / "validation.jsonl"), export_dir, status.loss_plot, wizard)
 
 
 def config_difference(first: dict, second: dict) -> list[tuple[str, Any, Any]]:

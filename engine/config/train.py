@@ -41,7 +41,9 @@ class TrainConfig:
         "gated_delta_rule).", section="model")
 
     # --- method
-    stage: str = opt("sft", "Training stage.", choices=("sft", "dpo"), section="method")
+    stage: str = opt("sft", "Training stage: sft (supervised), pt (continued pre-training on raw text), rm (reward "
+                     "model), dpo (preference pairs), kto (desirable / undesirable answers).",
+                     choices=("sft", "pt", "rm", "dpo", "kto"), section="method")
     do_train: bool = opt(True, "Train (kept for compatibility; must be true).", section="method")
     finetuning_type: str = opt(
         "lora", "What is trained: lora (adapters), full (every weight), freeze (the last N layers). "
@@ -56,9 +58,12 @@ class TrainConfig:
         2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method")
     freeze_trainable_modules: str = opt("all", "Freeze: which modules inside the trained layers.", section="method")
     pref_beta: float = opt(0.1, "DPO: the beta (inverse temperature) of the preference loss.", section="method")
-    pref_loss: str = opt("sigmoid", "DPO loss variant.", choices=("sigmoid", "orpo", "simpo"), section="method")
+    pref_loss: str = opt("sigmoid", "DPO loss variant.", choices=("sigmoid", "hinge", "ipo", "orpo", "simpo"),
+                         section="method")
     pref_ftx: float = opt(0.0, "DPO: weight of an extra SFT loss on the chosen answer.", section="method")
     simpo_gamma: float = opt(0.5, "SimPO: target reward margin.", section="method")
+    kto_chosen_weight: float = opt(1.0, "KTO: weight of the desirable examples' loss.", section="method")
+    kto_rejected_weight: float = opt(1.0, "KTO: weight of the undesirable examples' loss.", section="method")
     dpo_label_smoothing: float = opt(0.0, "DPO: robust-DPO label smoothing (0 to 0.5).", section="method")
 
     # --- dataset
@@ -73,7 +78,9 @@ class TrainConfig:
     train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
     mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
     val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset")
-    packing: bool = opt(False, "Pack several samples into one row (no padding).", section="dataset")
+    packing: bool | None = opt(
+        None, "Pack several samples into one row (no padding). Empty: on for pre-training (stage pt), off "
+        "otherwise, as in LLaMA-Factory.", section="dataset")
     neat_packing: bool = opt(False, "Packing without cross-sample attention.", section="dataset")
     batching_strategy: str = opt(
         "padded", "How micro-batches are built.", choices=("padded", "bucketed", "packed", "dynamic"),

@@ -107,12 +107,31 @@ def _data_problems(c: TrainConfig) -> list[str]:
                 dataset_file_path(spec, dataset_dir)
             except EngineError as exc:
                 problems.append(str(exc))
-        wants_ranking = c.stage == "dpo"
-        if bool(spec.ranking) != wants_ranking:
-            need = "preference (ranking: true)" if wants_ranking else "supervised (not ranking)"
-            problems.append(f"dataset {name!r} is {'a preference' if spec.ranking else 'a supervised'} dataset, "
-                            f"but stage {c.stage} needs {need} data.")
+        problem = _stage_data_problem(c.stage, name, spec)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+# What each stage reads: preference pairs, KTO-labelled answers, raw text, or conversations.
+_STAGE_DATA = {"dpo": "pairs", "rm": "pairs", "kto": "kto", "pt": "text", "sft": "conversations"}
+_DATA_WORDS = {"pairs": "preference pairs (\"ranking\": true, chosen/rejected)",
+               "kto": "answers labelled desirable or not (a kto_tag column)",
+               "text": "raw text (a text/prompt column, or a .txt file)",
+               "conversations": "conversations with answers"}
+
+
+def _stage_data_problem(stage: str, name: str, spec) -> str | None:
+    """Whether dataset ``name`` holds what ``stage`` trains on, as a sentence when it does not."""
+    has = "pairs" if spec.ranking else "kto" if spec.column("kto_tag") else None
+    wants = _STAGE_DATA.get(stage, "conversations")
+    if wants == "text":
+        return None if has is None else (f"dataset {name!r} holds {_DATA_WORDS[has]}, but stage pt trains on "
+                                         f"{_DATA_WORDS['text']}.")
+    if has == wants or (has is None and wants == "conversations"):
+        return None
+    held = _DATA_WORDS[has] if has else _DATA_WORDS["conversations"]
+    return f"dataset {name!r} holds {held}, but stage {stage} needs {_DATA_WORDS[wants]}."
 
 
 def _template_problems(c: TrainConfig) -> list[str]:
@@ -159,13 +178,14 @@ def _model_problems(c: TrainConfig) -> list[str]:
 
 
 def _output_problems(c: TrainConfig) -> list[str]:
-    if not c.output_dir or c.overwrite_output_dir or c.resume_from_checkpoint:
+    """A non-empty output_dir that is not ours, or holds another run's results, is never written into silently."""
+    if not c.output_dir:
         return []
-    out = Path(c.output_dir)
-    if out.is_dir() and any(out.iterdir()):
-        return [f"output_dir {out} is not empty. Set overwrite_output_dir: true to write into it, "
-                "resume_from_checkpoint: auto to continue it, or choose another output_dir."]
-    return []
+    from engine.ownership import output_dir_problem
+
+    problem = output_dir_problem(Path(c.output_dir).expanduser(), None, overwrite=c.overwrite_output_dir,
+                                 resume=bool(c.resume_from_checkpoint))
+    return [problem] if problem else []
 
 
 def validate(config: TrainConfig) -> list[str]:

@@ -13,7 +13,7 @@ from engine.data.encode import (
     encode_preference,
     encode_supervised,
 )
-from engine.data.loader import convert_record, load_examples, read_records
+from engine.data.loader import convert_record, load_examples, load_texts, read_records
 from engine.data.preview import DataPreview, preview_data
 from engine.data.registry import (
     DatasetSpec,
@@ -30,5 +30,5 @@ __all__ = [
     "SFTCollator", "Template", "check_file", "convert_file", "convert_record", "count_trained_tokens",
     "dataset_file_path", "describe_sample", "encode_preference", "encode_supervised", "fill_placeholders",
     "find_dataset_dir", "find_placeholders", "get_dataset_spec", "get_template", "load_dataset_info",
-    "load_examples", "preview_data", "read_records", "register_dataset",
+    "load_examples", "load_texts", "preview_data", "read_records", "register_dataset",
 ]

@@ -56,3 +56,10 @@ class PreferenceCollator:
         rows = [{"input_ids": f[f"{side}_input_ids"], "labels": f[f"{side}_labels"]}
                 for side in ("chosen", "rejected") for f in features]
         return self.sft(rows)
+
+
+def shift_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Labels moved one to the left (token t predicts t+1), padded with -100 at the end."""
+    import torch.nn.functional as F
+
+    return F.pad(labels[:, 1:], (0, 1), value=-100)

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from engine.errors import DataError
 from engine.jsonio import write_text_atomic
 
-FileKind = Literal["json", "jsonl", "csv", "parquet", "arrow"]
+FileKind = Literal["json", "jsonl", "csv", "parquet", "arrow", "text"]
 SUFFIX_KINDS: dict[str, FileKind] = {
-    ".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow",
+    ".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text",
 }
 _SNIFF_BYTES = 8192
 
@@ -55,9 +55,22 @@ def read_rows(path: Path) -> RowsRead:
         rows = _read_table(path, kind)
         return RowsRead(path, kind, rows, [None] * len(rows))
     text = read_text(path)
+    if kind == "text":
+        return _read_text_lines(path, text)
     if kind == "csv":
         return _read_csv(path, text)
     return _read_json_text(path, text, kind)
+
+
+def _read_text_lines(path: Path, text: str) -> RowsRead:
+    """A .txt file is pre-training text: each non-empty line is one row ``{"text": line}`` (as LLaMA-Factory reads
+    it through the datasets "text" builder, empty lines left out)."""
+    read = RowsRead(path, "text")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            read.rows.append({"text": line})
+            read.lines.append(number)
+    return read
 
 
 def _require_file(path: Path) -> None:

@@ -23,7 +23,7 @@ from engine.errors import DataError
 USER, ASSISTANT, FUNCTION, OBSERVATION = "user", "assistant", "function_call", "observation"
 USER_SIDE = (USER, OBSERVATION)
 ASSISTANT_SIDE = (ASSISTANT, FUNCTION)
-UNSUPPORTED_COLUMNS = ("images", "videos", "audios", "kto_tag")
+UNSUPPORTED_COLUMNS = ("images", "videos", "audios")
 
 # Role names seen in the wild, mapped to the engine's roles (used by the validator and `convert_file`).
 ROLE_ALIASES: dict[str, str] = {
@@ -65,8 +65,34 @@ def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
     if example.get("system") is None:
         example["system"] = _optional_text(record, spec.column("system"), where)
     example["tools"] = _tools_text(record, spec.column("tools"), where)
+    if spec.column("kto_tag"):
+        example["kto_tag"] = _kto_tag(record, spec.column("kto_tag"), where)
     example["source"] = f"{spec.name}:{index + 1}"
     return example
+
+
+def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
+    """One row of pre-training text (its ``prompt`` column, ``text`` by default), or RowError naming the row."""
+    where = f"{spec.name}: row {index + 1}"
+    if not isinstance(record, dict):
+        raise RowError(where, None, f"is a {type(record).__name__}, not an object with named fields.")
+    column = spec.column("prompt") or "text"
+    value = record.get(column)
+    if not isinstance(value, str) or not value:
+        found = type(value).__name__ if column in record else "missing"
+        raise RowError(where, column, f"pre-training text {column!r} must be non-empty text ({found}; the row has: "
+                       f"{', '.join(map(str, record)) or 'no fields'}).")
+    return value
+
+
+def _kto_tag(record: dict, column: str, where: str) -> bool:
+    """KTO's label: is the final answer desirable (true) or undesirable (false)."""
+    value = record.get(column)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise RowError(where, column, f"the KTO label {column!r} must be true or false, not {value!r:.40}.")
 
 
 def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:

@@ -11,11 +11,11 @@ import random
 from pathlib import Path
 
 from engine.data.files import SUFFIX_KINDS, read_rows
-from engine.data.formats import convert_record, require_supported
+from engine.data.formats import convert_record, convert_text, require_supported
 from engine.data.registry import INFO_FILE, DatasetSpec, dataset_file_path, get_dataset_spec
 from engine.errors import DataError
 
-__all__ = ["convert_record", "load_examples", "read_records", "split_names"]
+__all__ = ["convert_record", "load_examples", "load_texts", "read_records", "split_names"]
 
 # num_samples draws rows at random (as LLaMA-Factory does); a fixed seed keeps runs reproducible.
 SAMPLING_SEED = 42
@@ -77,6 +77,18 @@ def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: i
     return examples
 
 
+def load_texts(dataset: str | list[str], dataset_dir: Path, *, max_samples: int | None = None) -> list[str]:
+    """Pre-training text of every named dataset (each row's ``prompt`` column, ``text`` by default; .txt files give
+    one row per non-empty line), concatenated in the order given."""
+    texts: list[str] = []
+    for name in split_names(dataset):
+        spec = get_dataset_spec(name, Path(dataset_dir))
+        if spec.ranking:
+            raise DataError(f"Dataset {spec.name!r} is a preference dataset; pre-training reads plain text.")
+        texts.extend(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text))
+    return texts
+
+
 def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
     kinds = {spec.ranking for spec in specs}
     if ranking is None and len(kinds) > 1:
@@ -91,7 +103,7 @@ def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
                             "one answer per prompt. Use it with stage: dpo, or pick an SFT dataset.")
 
 
-def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None) -> list[dict]:
+def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, convert=convert_record) -> list:
     require_supported(spec)
     if not spec.is_local:
         hub = spec.hf_hub_url or spec.ms_hub_url or spec.om_hub_url or spec.script_url or spec.cloud_file_name
@@ -108,7 +120,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None) -> 
     examples, errors = [], []
     for index in indices:
         try:
-            examples.append(convert_record(records[index], spec, index))
+            examples.append(convert(records[index], spec, index))
         except DataError as exc:
             errors.append(str(exc))
     if errors:

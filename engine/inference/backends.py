@@ -60,7 +60,7 @@ class VllmBackend:
         from vllm import SamplingParams
         from vllm.lora.request import LoRARequest
 
-        from engine.inference.chat_model import Generation
+        from engine.inference.config import Generation
 
         sampling = SamplingParams(
             temperature=settings["temperature"] if settings["do_sample"] else 0.0,
@@ -94,7 +94,7 @@ class SglangBackend:
 
     def generate(self, prompts: list[list[int]], settings: dict, *, batch_size: int,
                  on_batch: Callable[[int], None] | None = None):
-        from engine.inference.chat_model import Generation
+        from engine.inference.config import Generation
 
         params = {"max_new_tokens": settings["max_new_tokens"], "stop_token_ids": self.stop_ids,
                   "repetition_penalty": settings["repetition_penalty"],

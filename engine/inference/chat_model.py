@@ -17,24 +17,14 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from engine.errors import ConfigError
-from engine.inference.config import InferConfig
+from engine.inference.config import Generation, InferConfig
 from engine.inference.source import ModelPlan, attach_adapter, load_tokenizer_and_template, pick_device, plan_model
 
 Messages = list[dict]
 GENERATION_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
                    "num_beams", "length_penalty", "skip_special_tokens")
-
-
-@dataclass
-class Generation:
-    """One answer: its text, how many tokens it took, and its share of the batch's wall time."""
-
-    text: str
-    new_tokens: int
-    time_s: float
 
 
 def generation_settings(config: InferConfig, overrides: dict) -> dict:

@@ -12,11 +12,10 @@ from typing import Any
 from engine.config.loader import build_dataclass, parse_overrides, read_yaml
 from engine.config.train import opt
 from engine.errors import ConfigError
+from engine.methods import ADAPTER_METHODS  # noqa: F401 - re-exported: which methods write an adapter
 
 INFER_BACKENDS: tuple[str, ...] = ("huggingface", "vllm", "sglang")
 INFER_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
-# Methods whose output_dir is a LoRA adapter on top of the base; every other method writes a whole model.
-ADAPTER_METHODS: tuple[str, ...] = ("lora", "qlora")
 
 
 @dataclass
@@ -141,3 +140,12 @@ def make_infer_config(output_dir: str | Path, *, base_model: str, method: str, t
         config["template"] = template
     config.update({"infer_backend": "huggingface", "trust_remote_code": trust_remote_code, "do_sample": False})
     return config
+
+
+@dataclass
+class Generation:
+    """One answer: its text, how many tokens it took, and its share of the batch's wall time."""
+
+    text: str
+    new_tokens: int
+    time_s: float

@@ -1,21 +1,76 @@
-"""Fine-tuning methods. Each folder has the same shape: ``prepare(model, config) -> model`` (sets what trains)
-and ``save(model, tokenizer, out_dir)`` (writes what the method produces)."""
+"""Fine-tuning methods: one table that everything asks (training, inference, export, the wizard).
+
+Each method has a folder of the same shape: ``prepare(model, config) -> model`` (sets what trains),
+``save(model, out_dir)`` (writes what the method produces) and ``load_for_resume(model, checkpoint)``.
+The table says what kind of result a method produces: an adapter on a frozen base (lora, qlora) or a whole
+model (full, freeze). Importing this module does not import torch.
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 from engine.errors import ConfigError
 
 
-def get_method(name: str) -> ModuleType:
-    """The method module for ``lora | qlora | full | freeze``."""
-    from engine.methods import freeze, full, lora, qlora
+@dataclass(frozen=True)
+class Method:
+    name: str
+    adapter: bool
+    """The result is an adapter for a base model (merge it to get a model); otherwise a whole model folder."""
+    quantized_base: bool
+    """The base is loaded in 4/8 bits (bitsandbytes, CUDA only)."""
+    summary: str
 
-    methods = {"lora": lora, "qlora": qlora, "full": full, "freeze": freeze}
-    if name not in methods:
-        raise ConfigError(f"Unknown fine-tuning method {name!r}. Valid: {', '.join(methods)}.")
-    return methods[name]
+    @property
+    def module(self) -> ModuleType:
+        return importlib.import_module(f"engine.methods.{self.name}")
+
+    @property
+    def output_kind(self) -> str:
+        return "adapter" if self.adapter else "model"
+
+    @property
+    def weights_file(self) -> str:
+        """The file a saved result or checkpoint holds its trained weights in (the first shard's name)."""
+        return "adapter_model.safetensors" if self.adapter else "model.safetensors"
+
+    def prepare(self, model, config):
+        return self.module.prepare(model, config)
+
+    def save(self, model, out_dir: Path) -> None:
+        self.module.save(model, out_dir)
+
+    def load_for_resume(self, model, checkpoint: Path) -> None:
+        self.module.load_for_resume(model, checkpoint)
+
+
+METHODS: dict[str, Method] = {
+    "lora": Method("lora", adapter=True, quantized_base=False,
+                   summary="low-rank adapters on the linear layers; only they train and only they are saved"),
+    "qlora": Method("qlora", adapter=True, quantized_base=True,
+                    summary="LoRA on a 4/8-bit base (bitsandbytes, CUDA only)"),
+    "full": Method("full", adapter=False, quantized_base=False,
+                   summary="every weight trains; the result is a whole model"),
+    "freeze": Method("freeze", adapter=False, quantized_base=False,
+                     summary="only the last N decoder layers train; the result is a whole model"),
+}
+ADAPTER_METHODS: tuple[str, ...] = tuple(name for name, method in METHODS.items() if method.adapter)
+
+
+def get_method(name: str) -> Method:
+    """The method for ``lora | qlora | full | freeze``."""
+    if name not in METHODS:
+        raise ConfigError(f"Unknown fine-tuning method {name!r}. Valid: {', '.join(METHODS)}.")
+    return METHODS[name]
+
+
+def is_adapter(name: str | None) -> bool:
+    """Whether a method (a finetuning_type or a config's ``method``) produces an adapter."""
+    return bool(name) and name in METHODS and METHODS[name].adapter
 
 
 def count_parameters(model) -> tuple[int, int]:

@@ -167,20 +167,25 @@ def load_model(
     device: str = "cpu",
     trust_remote_code: bool = False,
     quantization_bit: int | None = None,
+    head: str = "causal_lm",
 ) -> PreTrainedModel:
-    """AutoModelForCausalLM on `device`. dtype "auto": the checkpoint's dtype on a GPU, float32 on CPU."""
+    """AutoModelForCausalLM on `device` (``head="score"``: AutoModelForSequenceClassification with one label, a
+    reward model whose score head starts fresh). dtype "auto": the checkpoint's dtype on a GPU, float32 on CPU."""
     check_quantization(quantization_bit, device)
     if dtype not in DTYPE_NAMES:
         raise ConfigError(f"dtype must be one of {', '.join(DTYPE_NAMES)} (got {dtype!r}).")
     source = resolve_model_source(path, trust_remote_code=trust_remote_code)
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     kwargs: dict = {"dtype": _torch_dtype(dtype, device), "trust_remote_code": trust_remote_code}
+    auto_class = AutoModelForCausalLM
+    if head == "score":
+        auto_class, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
     if quantization_bit is not None:
         kwargs["quantization_config"] = _bnb_config(quantization_bit)
         kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing; .to() is refused afterwards
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model = auto_class.from_pretrained(source, **kwargs)
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelError(f"Could not load the model from {source}: {exc}") from exc
     if quantization_bit is None:

@@ -12,6 +12,7 @@ differs from what the model suggests: a wrong template is the classic cause of g
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ from engine.errors import ModelError
 from engine.jsonio import read_json_dict as _read_json
 from engine.models.cache import find_local_model
 from engine.models.registry import FAMILIES, MODELS, ModelEntry, find_model
+
+log = logging.getLogger("engine")
 
 Rule = Literal["registry", "config.json", "chat_template", "demo", "user"]
 
@@ -227,3 +230,27 @@ def resolve_model(model: str, *, template: str | None = None) -> Resolution:
     if folder is not None and not local.complete:
         res.warnings.append(f"The local copy at {folder} is not usable yet: {'; '.join(local.problems[:3])}.")
     return res
+
+
+def resolve_model_path(config) -> str:
+    """The model to load: the config's, or the built-in demo model (built on first use)."""
+    if config.model_name_or_path:
+        return config.model_name_or_path
+    from engine.models.demo import build_demo_model
+
+    return str(build_demo_model())
+
+
+def resolve_template(config, model_path: str, tokenizer):
+    """The chat template by name, else the model's family default, else the tokenizer's own chat_template."""
+    from engine.data.templates import get_template
+
+    if config.template and config.template != "auto":
+        return get_template(config.template, tokenizer)
+    try:
+        name = resolve_model(model_path).template
+        if name:
+            return get_template(name, tokenizer)
+    except Exception as exc:  # noqa: BLE001 - fall back to the tokenizer's own template, and say why
+        log.info("template not resolved from the model registry (%s); using the tokenizer's chat template", exc)
+    return get_template(None, tokenizer)

@@ -123,6 +123,8 @@ class DataParallelBase:
 
     name = "ddp"
     sharded_gradients = False
+    grad_norm_before_step = True
+    sp_rank, sp_size = 0, 1
 
     def __init__(self) -> None:
         self.owns_group = init_process_group()
@@ -133,6 +135,12 @@ class DataParallelBase:
         # Data-parallel coordinates; sequence parallelism groups several ranks onto one replica.
         self.dp_rank, self.dp_size = self.rank, self.world_size
         self.model: torch.nn.Module | None = None
+
+    def wrap_frozen(self, model: torch.nn.Module) -> None:
+        """A reference model runs replicated on every rank; no gradients, so nothing to synchronise."""
+
+    def sequence_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
 
     def shard_groups(self, groups: list) -> list:
         return shard_step_groups(groups, self.dp_rank, self.dp_size)

@@ -113,6 +113,7 @@ class DeepSpeedStrategy(DataParallelBase):
     """ZeRO stage 2 or 3 as the JSON says; the engine is built when the optimizer exists."""
 
     name = "deepspeed"
+    grad_norm_before_step = False  # the engine clips inside its own step and reports that norm afterwards
 
     def __init__(self, config) -> None:
         self.deepspeed = require_deepspeed()
@@ -211,7 +212,7 @@ class _ShardLoader:
         self.strategy = strategy
 
     def load_state_dict(self, marker: dict) -> None:
-        from engine.training.checkpoint import resolve_resume
+        from engine.rundir import resolve_resume
 
         config = self.strategy.train_config
         folder = resolve_resume(config.resume_from_checkpoint, Path(config.output_dir))

@@ -1,6 +1,6 @@
 """One process, one device: the strategy every other one (ddp, fsdp2, deepspeed, ulysses) mirrors.
 
-Each strategy module offers the same functions through a ``Strategy`` object, so the recipes never branch on it.
+Each strategy implements engine.parallel.strategy.Strategy, so the training shell never branches on which runs.
 """
 
 from __future__ import annotations
@@ -17,10 +17,18 @@ class SingleDevice:
     world_size = 1
     rank = 0
     is_main = True
+    dp_rank, dp_size, sp_rank, sp_size = 0, 1, 0, 1
+    grad_norm_before_step = True
 
     def wrap(self, model, config):
         """Return the model to train (DDP/FSDP wrap here); the recipe keeps the unwrapped one for saving."""
         return model
+
+    def wrap_frozen(self, model) -> None:
+        """A model that never trains (a reference) needs nothing on one device."""
+
+    def sequence_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
 
     def shard_groups(self, groups: list) -> list:
         """This rank's share of the epoch's optimizer-step groups of sample indices."""

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from engine.errors import ConfigError
 from engine.parallel.common import DataParallelBase
-from engine.training.loss import shift_labels
+from engine.data.collator import shift_labels
 
 ATTENTION_NAME = "lf_ulysses"
 # The attention we run on the whole sequence once heads are split; eager becomes SDPA (same maths, less memory).
@@ -126,7 +126,8 @@ class SequenceParallel:
         self.mask: torch.Tensor | None = None
 
     def shard_batch(self, batch: dict) -> dict:
-        """This rank's slice of a collated batch: input_ids, position_ids, shift_labels (+ attention_mask)."""
+        """This rank's slice of a collated batch: input_ids, position_ids, shift_labels (+ attention_mask), and
+        any per-row (1-D) tensor unchanged."""
         ids = batch["input_ids"]
         rows, length = ids.shape
         positions = batch.get("position_ids")
@@ -147,6 +148,9 @@ class SequenceParallel:
                "shift_labels": targets[:, part]}
         if mask is not None:
             out["attention_mask"] = mask[:, part]
+        for key, value in batch.items():  # per-row facts (a reward model's last position) stay whole
+            if key not in out and key not in ("labels", "shift_labels") and value.dim() == 1:
+                out[key] = value
         return out
 
     def install(self, model: torch.nn.Module) -> None:
@@ -242,7 +246,7 @@ class UlyssesStrategy(DataParallelBase):
         self.rank, self.world_size = self.data_parallel.rank, self.data_parallel.world_size
         self.local_rank, self.is_main = self.data_parallel.local_rank, self.data_parallel.is_main
         self.sharded_gradients = self.data_parallel.sharded_gradients
-        self.sp_size = sp_size
+        self.sp_size, self.sp_rank = sp_size, self.rank % sp_size
         # The mesh is (dp, sp) row-major: ranks dp*sp .. dp*sp+sp-1 share a replica and split its sequences.
         self.dp_size, self.dp_rank = self.world_size // sp_size, self.rank // sp_size
         self.data_parallel.dp_rank, self.data_parallel.dp_size = self.dp_rank, self.dp_size
@@ -260,6 +264,13 @@ class UlyssesStrategy(DataParallelBase):
         self.sequence_parallel.install(model)
         self.model = model
         return self.data_parallel.wrap(model, config)
+
+    def wrap_frozen(self, model: torch.nn.Module) -> None:
+        """A reference model computes on the same slices, so its attention must gather the sequence too."""
+        self.sequence_parallel.install(model)
+
+    def sequence_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return reduce_sum(tensor, self.sp_group)
 
     def shard_groups(self, groups: list) -> list:
         return self.data_parallel.shard_groups(groups)

@@ -1,80 +1,127 @@
-"""Checkpoints that can be trusted: written into a folder, completion marker last, rotated, resumed exactly."""
+"""Checkpoints that can be trusted: complete or absent, never code, resumed exactly.
+
+A checkpoint is written into a hidden ``.checkpoint-<step>.*.partial`` folder, its completion marker last, and
+renamed to ``checkpoint-<step>`` only then; a crash or a full disk leaves the previous checkpoints untouched and
+the partial folder is swept on the next start. Optimizer, scheduler and RNG states hold only tensors, numbers,
+strings, lists and dicts, and are loaded with ``torch.load(weights_only=True)``: a checkpoint file that would need
+unpickling arbitrary objects (code) is refused, naming the file.
+"""
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engine.errors import ConfigError
-from engine.rundir import CHECKPOINT_MARKER, find_complete_checkpoints
+from engine.errors import ConfigError, EngineError
+from engine.jsonio import apply_umask
+from engine.rundir import CHECKPOINT_MARKER, find_complete_checkpoints, resolve_resume  # noqa: F401
+
+PARTIAL_GLOB = ".checkpoint-*.partial"
+
+
+class CheckpointWriteError(EngineError):
+    """A checkpoint could not be written (disk full, permissions); earlier checkpoints are intact."""
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    """Every RNG the loop draws from, as tensors and plain numbers (safe to load without unpickling code)."""
+    version, internal, gauss = random.getstate()
+    legacy = np.random.get_state(legacy=False)
+    return {
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "numpy": {"key": torch.from_numpy(legacy["state"]["key"].astype(np.int64)), "pos": int(legacy["state"]["pos"]),
+                  "has_gauss": int(legacy["has_gauss"]), "gauss": float(legacy["gauss"])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    python = state["python"]
+    random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss"]))
+    legacy = state["numpy"]
+    np.random.set_state({"bit_generator": "MT19937",
+                         "state": {"key": legacy["key"].numpy().astype(np.uint32), "pos": legacy["pos"]},
+                         "has_gauss": legacy["has_gauss"], "gauss": legacy["gauss"]})
     torch.set_rng_state(state["torch"])
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def safe_load(path: Path):
+    """``torch.load`` that never runs code from the file; a clear error for unsafe or damaged files."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise EngineError(f"{path} holds objects that can only be loaded by running code from the file ({first}). "
+                          "lf-assistant does not load such checkpoints: resume from one it wrote, or start a new "
+                          "run from the checkpoint's weights (adapter_name_or_path / model_name_or_path).") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise EngineError(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is "
+                          "damaged. Resume from an earlier checkpoint (resume_from_checkpoint: checkpoint-N).") \
+            from None
+
+
+def sweep_partial(output_dir: Path) -> None:
+    """Remove half-written checkpoint folders of an earlier, interrupted run (they are ours: hidden, partial)."""
+    for partial in Path(output_dir).glob(PARTIAL_GLOB):
+        shutil.rmtree(partial, ignore_errors=True)
+
+
 def save_checkpoint(output_dir: Path, step: int, *, save_model, optimizer, scheduler, trainer_state: dict,
                     save_only_model: bool = False, total_limit: int | None = None) -> Path:
-    """Write checkpoint-<step>/ and mark it complete only after every file is on disk."""
-    folder = Path(output_dir) / f"checkpoint-{step}"
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    save_model(folder)
-    if not save_only_model:
-        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-        torch.save(scheduler.state_dict(), folder / "scheduler.pt")
-        torch.save(rng_state(), folder / "rng_state.pt")
-    (folder / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
-    (folder / CHECKPOINT_MARKER).write_text(str(step), encoding="utf-8")
+    """Write checkpoint-<step>/ completely, or raise CheckpointWriteError and leave earlier ones as they are."""
+    output_dir = Path(output_dir)
+    final = output_dir / f"checkpoint-{step}"
+    partial = None
+    try:
+        partial = Path(tempfile.mkdtemp(prefix=f".checkpoint-{step}.", suffix=".partial", dir=output_dir))
+        apply_umask(partial, directory=True)
+        save_model(partial)
+        if not save_only_model:
+            torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+            torch.save(scheduler.state_dict(), partial / "scheduler.pt")
+            torch.save(rng_state(), partial / "rng_state.pt")
+        (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+        (partial / CHECKPOINT_MARKER).write_text(str(step), encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)  # a folder of the same step from before a resume: ours, superseded
+        partial.rename(final)
+    except OSError as exc:
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        kept = find_complete_checkpoints(output_dir)
+        last = f"the newest complete checkpoint is {kept[-1].name}" if kept else "no complete checkpoint exists yet"
+        raise CheckpointWriteError(f"Could not write checkpoint-{step} in {output_dir}: {exc.strerror or exc}. "
+                                   f"Earlier checkpoints are intact ({last}). Free space or fix the folder's "
+                                   "permissions, then `lf-assistant resume-train`.") from None
     if total_limit:
         for old in find_complete_checkpoints(output_dir)[:-total_limit]:
             shutil.rmtree(old, ignore_errors=True)
-    return folder
-
-
-def resolve_resume(resume_from_checkpoint: str | None, output_dir: Path) -> Path | None:
-    """``auto`` -> newest complete checkpoint in output_dir (None if there is none); a path must be complete."""
-    if not resume_from_checkpoint:
-        return None
-    if str(resume_from_checkpoint).lower() in ("auto", "true", "latest"):
-        complete = find_complete_checkpoints(output_dir)
-        return complete[-1] if complete else None
-    path = Path(resume_from_checkpoint)
-    if path.is_dir() and path.name.isdigit():
-        path = Path(output_dir) / f"checkpoint-{path.name}"
-    if not path.is_dir() and str(resume_from_checkpoint).isdigit():
-        path = Path(output_dir) / f"checkpoint-{resume_from_checkpoint}"
-    if not (path / CHECKPOINT_MARKER).exists():
-        complete = [p.name for p in find_complete_checkpoints(output_dir)]
-        listing = ", ".join(complete) if complete else "none"
-        raise ConfigError(f"resume_from_checkpoint {resume_from_checkpoint} is not a complete checkpoint "
-                          f"(no {CHECKPOINT_MARKER} marker). Complete checkpoints in {output_dir}: {listing}. "
-                          "Use resume_from_checkpoint: auto to take the newest complete one.")
-    return path
+    return final
 
 
 def load_training_state(folder: Path, optimizer, scheduler) -> dict:
     """Restore optimizer, scheduler and RNG; return trainer_state.json (step, epoch, position)."""
-    state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"{folder}/trainer_state.json cannot be read ({exc}); the checkpoint is damaged.") from None
+    if not isinstance(state, dict) or not all(isinstance(state.get(k), int) for k in ("step", "epoch", "group")):
+        raise EngineError(f"{folder}/trainer_state.json lacks the step, epoch and data position: the checkpoint is "
+                          "damaged or was not written by lf-assistant.")
     if not (folder / "optimizer.pt").exists():
         raise ConfigError(f"{folder} was saved with save_only_model: true and has no optimizer state; it cannot be "
                           "resumed exactly. Start a new run from its weights instead (adapter_name_or_path).")
-    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False))
-    set_rng_state(torch.load(folder / "rng_state.pt", weights_only=False))
+    optimizer.load_state_dict(safe_load(folder / "optimizer.pt"))
+    scheduler.load_state_dict(safe_load(folder / "scheduler.pt"))
+    set_rng_state(safe_load(folder / "rng_state.pt"))
     return state

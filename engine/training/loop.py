@@ -67,8 +67,9 @@ class RunLogger:
         self.input_tokens_seen = 0
         self.trained_tokens_seen = 0
 
-    def status(self, **fields) -> dict:
-        return self.run.update_status(**fields) if self.enabled else fields
+    def status(self, **fields) -> None:
+        if self.enabled:
+            self.run.update_status(**fields)
 
     def info(self, message: str) -> None:
         if not self.enabled:
@@ -84,7 +85,7 @@ class RunLogger:
         self.info(f"NOTE: {message}")
         if not self.enabled:
             return
-        notes = self.run.read_status().get("notes", [])
+        notes = self.run.read_status().notes
         self.run.update_status(notes=[*notes, message])
 
     def event(self, kind: str, **data) -> None:
@@ -133,13 +134,15 @@ class RunLogger:
         if self.on_log:
             self.on_log(row)
 
-    def eval(self, step: int, eval_loss: float, epoch: float) -> None:
+    def eval(self, step: int, eval_loss: float, epoch: float, metrics: dict[str, float] | None = None) -> None:
         row = {"step": step, "epoch": round(epoch, 4), "eval_loss": round(eval_loss, 6), "time": time.time()}
+        row.update({f"eval_{key}": round(value, 6) for key, value in (metrics or {}).items()})
         if not self.enabled:
             return
         self.run.append_metric(row)
         self.event("eval", step=step, eval_loss=row["eval_loss"])
-        self.info(f"step {step} eval_loss {eval_loss:.4f}")
+        extra = "".join(f" {key} {value:.4f}" for key, value in (metrics or {}).items())
+        self.info(f"step {step} eval_loss {eval_loss:.4f}{extra}")
         if self.on_log:
             self.on_log(row)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.data.collator import shift_labels  # noqa: F401 - the recipes' and tests' name for it
+
 
 def base_causal_lm(model):
     """The underlying *ForCausalLM module, under a PEFT wrapper or DDP if there is one."""
@@ -12,11 +14,6 @@ def base_causal_lm(model):
     if hasattr(inner, "get_base_model"):
         inner = inner.get_base_model()
     return inner
-
-
-def shift_labels(labels: torch.Tensor) -> torch.Tensor:
-    """Labels moved one to the left (token t predicts t+1), padded with -100 at the end."""
-    return F.pad(labels[:, 1:], (0, 1), value=-100)
 
 
 def model_inputs(batch: dict) -> dict:

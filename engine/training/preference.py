@@ -8,6 +8,8 @@ trains there means the same here:
 - ``orpo``: ``-avg_c + β·(-log σ(log odds_c - log odds_r))`` on MEAN per-token log-probs, ``odds = p / (1 - p)``.
   Reference-free; rewards are ``β·avg``.
 - ``simpo``: ``-log σ(β·(avg_c - avg_r) - γ)`` on MEAN per-token log-probs. Reference-free; rewards are ``β·avg``.
+- ``hinge``: ``relu(1 - β·[(π_c - ref_c) - (π_r - ref_r)])`` on summed log-probs; rewards as DPO.
+- ``ipo``: ``([(π_c - ref_c) - (π_r - ref_r)] - 1/(2β))²`` on MEAN per-token log-probs; rewards ``β·(π - ref)``.
 
 ``pref_ftx`` adds ``ftx·(-avg_c)``, an SFT loss on the chosen answer, to any of them.
 """
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import ConfigError
-from engine.training.loss import base_causal_lm, shift_labels
+from engine.training.loss import base_causal_lm, model_inputs, shift_labels
 
 IGNORE_INDEX = -100
 
@@ -55,33 +57,58 @@ class PairLogps:
         return self.rejected / self.rejected_tokens.clamp(min=1)
 
 
-def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of log p(label) over labelled positions, labelled-token count) per row; token t predicts t+1.
+def sequence_logps(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of log p(target) over labelled positions, labelled-token count) per row, for targets already aligned
+    with the logits (position t scores target t).
 
     cross_entropy(reduction="none") gives -log p(label) without materialising a second vocab-sized tensor.
     """
-    targets = shift_labels(labels)
     token_nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                                 reduction="none").view(targets.shape)
     return -token_nll.sum(dim=-1), (targets != IGNORE_INDEX).sum(dim=-1)
 
 
-def pair_logps(model, batch: dict[str, torch.Tensor]) -> PairLogps:
-    """Run ``model`` on a PreferenceCollator batch (chosen rows, then rejected) and split the log-probs in two.
+def row_logps(model, batch: dict[str, torch.Tensor], sequence_sum=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of a padded batch: the summed log-probability of its labelled tokens and their count.
 
-    Only the positions from the earliest answer token on get logits (``logits_to_keep``): the shared prompt is
+    Only the positions from the earliest labelled token on get logits (``logits_to_keep``): the shared prompt is
     never scored, and its vocab-wide logits are the largest tensor of the step (2 x 2048 prompt tokens x 151k
-    Qwen3 vocab in fp32 is 2.5 GB). On the demo model it also saves ~10% of the step's compute.
+    Qwen3 vocab in fp32 is 2.5 GB). A sequence-parallel slice (it carries ``shift_labels``) scores its own
+    positions, and ``sequence_sum`` adds the slices of each row up across the ranks that share it.
     """
+    if "shift_labels" in batch:
+        logps, tokens = sequence_logps(model(**model_inputs(batch), use_cache=False).logits, batch["shift_labels"])
+        return (sequence_sum(logps), sequence_sum(tokens)) if sequence_sum else (logps, tokens)
     labels = batch["labels"]
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     keep = logits_to_keep(labels) if accepts_logits_to_keep(model) else 0
     if keep:
         inputs["logits_to_keep"] = keep
         labels = labels[:, -keep:]  # logits now start one position before the first answer token
-    logps, tokens = sequence_logps(model(**inputs).logits, labels)
+    return sequence_logps(model(**inputs, use_cache=False).logits, shift_labels(labels))
+
+
+def pair_logps(model, batch: dict[str, torch.Tensor], sequence_sum=None) -> PairLogps:
+    """Run ``model`` on a PreferenceCollator batch (chosen rows, then rejected) and split the log-probs in two."""
+    logps, tokens = row_logps(model, batch, sequence_sum)
     half = logps.shape[0] // 2
     return PairLogps(logps[:half], logps[half:], tokens[:half], tokens[half:])
+
+
+def reference_logps_fn(model, frozen_copy, pref_loss: str) -> Callable[..., PairLogps] | None:
+    """How the reference log-probs are computed: None (reference-free losses), the frozen copy, or the policy
+    with its adapter disabled (peft's ``disable_adapter()`` context, so the base weights are shared)."""
+    if not needs_reference(pref_loss):
+        return None
+
+    def reference(batch: dict, sequence_sum=None) -> PairLogps:
+        with torch.no_grad():
+            if frozen_copy is not None:
+                return pair_logps(frozen_copy, batch, sequence_sum)
+            with model.disable_adapter():
+                return pair_logps(model, batch, sequence_sum)
+
+    return reference
 
 
 def logits_to_keep(labels: torch.Tensor) -> int:
@@ -128,6 +155,24 @@ def dpo_sigmoid_loss(policy: PairLogps, reference: PairLogps, beta: float,
                             policy.chosen.detach(), policy.rejected.detach())
 
 
+def hinge_loss(policy: PairLogps, reference: PairLogps, beta: float) -> PreferenceOutput:
+    """SLiC-style hinge on the DPO log-ratio margin (summed log-probs): ``relu(1 - β·[...])``."""
+    chosen_ratio = policy.chosen - reference.chosen
+    rejected_ratio = policy.rejected - reference.rejected
+    losses = torch.relu(1 - beta * (chosen_ratio - rejected_ratio))
+    return PreferenceOutput(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach(),
+                            policy.chosen.detach(), policy.rejected.detach())
+
+
+def ipo_loss(policy: PairLogps, reference: PairLogps, beta: float) -> PreferenceOutput:
+    """IPO (Azar et al. 2023): the log-ratio margin regressed onto 1/(2β), on MEAN per-token log-probs."""
+    chosen_ratio = policy.chosen_mean - reference.chosen_mean
+    rejected_ratio = policy.rejected_mean - reference.rejected_mean
+    losses = (chosen_ratio - rejected_ratio - 1 / (2 * beta)) ** 2
+    return PreferenceOutput(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach(),
+                            policy.chosen_mean.detach(), policy.rejected_mean.detach())
+
+
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
     """log(1 - exp(x)) for x < 0, accurate both near 0 and far below it (Mächler 2012)."""
     return torch.where(x > -0.6931471805599453, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
@@ -169,11 +214,13 @@ class PreferenceSettings:
 LossFn = Callable[[PairLogps, PairLogps | None, PreferenceSettings], PreferenceOutput]
 PREFERENCE_LOSSES: dict[str, LossFn] = {
     "sigmoid": lambda policy, ref, s: dpo_sigmoid_loss(policy, ref, s.pref_beta, s.dpo_label_smoothing),
+    "hinge": lambda policy, ref, s: hinge_loss(policy, ref, s.pref_beta),
+    "ipo": lambda policy, ref, s: ipo_loss(policy, ref, s.pref_beta),
     "orpo": lambda policy, ref, s: orpo_loss(policy, s.pref_beta),
     "simpo": lambda policy, ref, s: simpo_loss(policy, s.pref_beta, s.simpo_gamma),
 }
 # ORPO and SimPO are reference-free: no reference forward pass, no frozen copy.
-NEEDS_REFERENCE: dict[str, bool] = {"sigmoid": True, "orpo": False, "simpo": False}
+NEEDS_REFERENCE: dict[str, bool] = {"sigmoid": True, "hinge": True, "ipo": True, "orpo": False, "simpo": False}
 
 
 def needs_reference(pref_loss: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +11,8 @@ import numpy as np
 import torch
 
 from engine.config import TrainConfig
+from engine.models.resolve import resolve_model_path, resolve_template  # noqa: F401 - the recipes' names
 
-log = logging.getLogger("engine")
 
 TRAINING_INFO_FILE = "lfa_training.json"
 
@@ -22,15 +21,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def resolve_model_path(config: TrainConfig) -> str:
-    """The model to load: the config's, or the built-in demo model (built on first use)."""
-    if config.model_name_or_path:
-        return config.model_name_or_path
-    from engine.models.demo import build_demo_model
-
-    return str(build_demo_model())
 
 
 @dataclass
@@ -55,23 +45,6 @@ def choose_precision(config: TrainConfig) -> Precision:
         note = (f"{kind} was requested but this machine has no GPU: training in fp32 instead "
                 f"({kind} on this CPU trains 10-20x slower).")
     return Precision(torch.device("cpu"), None, note)
-
-
-def resolve_template(config: TrainConfig, model_path: str, tokenizer):
-    """The chat template by name, else the model's family default, else the tokenizer's own chat_template."""
-    from engine.data.templates import get_template
-
-    if config.template and config.template != "auto":
-        return get_template(config.template, tokenizer)
-    try:
-        from engine.models.resolve import resolve_model
-
-        name = resolve_model(model_path).template
-        if name:
-            return get_template(name, tokenizer)
-    except Exception as exc:  # noqa: BLE001 - fall back to the tokenizer's own template, and say why
-        log.info("template not resolved from the model registry (%s); using the tokenizer's chat template", exc)
-    return get_template(None, tokenizer)
 
 
 def save_tokenizer_with_template(tokenizer, template, out_dir: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from assistant.cli.main import app
+from engine.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -28,8 +29,8 @@ def test_llamafactory_lora_example_trains(lf_reference, demo_model_dir, tmp_path
     assert result.exit_code == 0, result.output
     assert "completed" in result.output and "bf16" in result.output  # the fp32-on-CPU note is shown
     run_dir = next((tmp_path / "runs").iterdir())
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "completed" and status["template"] == "qwen3_nothink"
+    status = RunDir(run_dir).read_status()
+    assert status.state == "completed" and status.template == "qwen3_nothink"
     losses = [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert losses[-1] < losses[0]
     assert (tmp_path / "out" / "adapter_config.json").exists()
@@ -75,5 +76,5 @@ def test_bad_dataset_rows_are_reported_before_training(demo_model_dir, tmp_path)
     result = invoke("train", path, "--runs-dir", tmp_path / "runs")
     assert result.exit_code == 2
     assert "row 1" in result.output and "row 2" in result.output
-    status = json.loads(next((tmp_path / "runs").iterdir()).joinpath("status.json").read_text())
-    assert status["state"] == "failed" and "row 1" in status["exit_reason"]
+    status = RunDir(next((tmp_path / "runs").iterdir())).read_status()
+    assert status.state == "failed" and "row 1" in status.exit_reason

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.data import check_file, find_placeholders, load_dataset_info, load_examples
+from engine.data import load_texts, check_file, find_placeholders, load_dataset_info, load_examples
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 ARITHMETIC = re.compile(r"(\d+) ([-+×÷]) (\d+) = (\d+)")
@@ -43,10 +43,15 @@ def _arithmetic_is_right(text: str) -> int:
 
 def test_every_registered_demo_dataset_loads_and_checks_clean():
     info = load_dataset_info(DATA)
-    assert set(info) == {"identity", "alpaca_demo", "sharegpt_demo", "dpo_demo"}
+    assert set(info) == {"identity", "alpaca_demo", "sharegpt_demo", "dpo_demo", "rm_demo", "kto_demo", "pt_demo"}
     for name, spec in info.items():
+        if name == "pt_demo":
+            assert len(load_texts(name, DATA)) >= 150
+            continue
         examples = load_examples(name, DATA, ranking=spec.ranking)
-        assert len(examples) >= (50 if name in ("identity", "dpo_demo") else 250), name
+        assert len(examples) >= (50 if name in ("identity", "dpo_demo", "rm_demo") else 100), name
+        if name == "kto_demo":
+            assert {e["kto_tag"] for e in examples} == {True, False}
         report = check_file(DATA / spec.file_name, spec=spec)
         assert report.ok and not [p for p in report.warnings if "duplicate" in p.message], name
 

@@ -9,9 +9,11 @@ import torch
 
 from engine.data import PreferenceCollator, encode_preference, get_template, load_examples
 from engine.errors import ConfigError
-from engine.recipes.dpo import freeze, reference_logps_fn
+from engine.training.loss import shift_labels
+from engine.training.session import frozen_copy
 from engine.training.preference import (PairLogps, PreferenceSettings, log1mexp, logits_to_keep, metric_sums,
-                                        needs_reference, pair_logps, preference_loss, sequence_logps)
+                                        needs_reference, pair_logps, preference_loss, reference_logps_fn,
+                                        sequence_logps)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +30,7 @@ def tiny(demo_model_dir):
     template = get_template("qwen", tokenizer)
     examples = load_examples("dpo_demo", REPO / "data", max_samples=3, ranking=True)
     pairs = list(encode_preference(examples, tokenizer, template, cutoff_len=64))
-    base = freeze(load_model(str(demo_model_dir), dtype="float32", device="cpu"))
+    base = frozen_copy(load_model(str(demo_model_dir), dtype="float32", device="cpu"))
     settings = SimpleNamespace(adapter_name_or_path=None, lora_rank=4, lora_alpha_value=8, lora_dropout=0.0,
                                lora_target="all")
     policy = lora.prepare(copy.deepcopy(base), settings)
@@ -86,7 +88,7 @@ def test_scoring_only_the_answer_positions_changes_nothing(tiny):
     assert keep == labels.shape[1] - first + 1 and keep < labels.shape[1]  # the prompt is skipped
     with torch.no_grad():
         full_logits = tiny.policy(input_ids=tiny.batch["input_ids"], attention_mask=tiny.batch["attention_mask"]).logits
-        full, counts = sequence_logps(full_logits, labels)
+        full, counts = sequence_logps(full_logits, shift_labels(labels))
         got = pair_logps(tiny.policy, tiny.batch)
     assert torch.allclose(torch.cat([got.chosen, got.rejected]), full, rtol=1e-5)
     assert torch.equal(torch.cat([got.chosen_tokens, got.rejected_tokens]), counts)
@@ -187,5 +189,5 @@ def test_gradient_flows_only_through_the_policy(tiny):
 
 
 def test_unknown_loss_is_refused_with_the_valid_names():
-    with pytest.raises(ConfigError, match="sigmoid, orpo, simpo"):
-        needs_reference("ipo")
+    with pytest.raises(ConfigError, match="sigmoid, hinge, ipo, orpo, simpo"):
+        needs_reference("kto_pair")

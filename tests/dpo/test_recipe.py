@@ -39,7 +39,7 @@ def mean(values) -> float:
 def test_lora_dpo_raises_the_margin(demo_model_dir, tmp_path):
     handle = engine.train(dpo_config(demo_model_dir, tmp_path), runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
+    assert status.state == "completed", status
     rows = train_rows(handle)
     assert len(rows) == 16 and all(key in row for row in rows for key in LOGGED)
     # Step 1 is scored before any update: the policy IS the reference (adapter B = 0).
@@ -47,8 +47,8 @@ def test_lora_dpo_raises_the_margin(demo_model_dir, tmp_path):
     assert mean(r["rewards/margins"] for r in rows[-4:]) > 0.05
     assert mean(r["loss"] for r in rows[-4:]) < 0.6
     assert mean(r["rewards/accuracies"] for r in rows[-4:]) > 0.8
-    assert status["final_reward_accuracy"] == rows[-1]["rewards/accuracies"]
-    out = Path(status["output_dir"])
+    assert status.final_metrics["rewards/accuracies"] == rows[-1]["rewards/accuracies"]
+    out = Path(status.output_dir)
     adapter = load_file(out / "adapter_model.safetensors")
     assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # lora_B started at zero
     assert json.loads((out / "lfa_training.json").read_text())["stage"] == "dpo"
@@ -61,12 +61,12 @@ def test_full_dpo_measures_against_a_frozen_copy(demo_model_dir, tmp_path):
     handle = engine.train(dpo_config(demo_model_dir, tmp_path, finetuning_type="full", learning_rate=1e-3,
                                      max_steps=8), runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
+    assert status.state == "completed", status
     rows = train_rows(handle)
     assert rows[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
     assert mean(r["rewards/margins"] for r in rows[-3:]) > rows[0]["rewards/margins"]
     assert mean(r["loss"] for r in rows[-3:]) < rows[0]["loss"]
-    after = load_file(Path(status["output_dir"]) / "model.safetensors")
+    after = load_file(Path(status.output_dir) / "model.safetensors")
     assert [k for k in before if not torch.equal(before[k], after[k])]
     assert torch.equal(before["model.norm.weight"], load_file(Path(demo_model_dir) / "model.safetensors")[
         "model.norm.weight"])  # the base folder itself is never written
@@ -78,7 +78,7 @@ def test_reference_free_losses_train(demo_model_dir, tmp_path, loss):
                                      pref_beta=2.0 if loss == "simpo" else 0.1),
                           runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
+    assert status.state == "completed", status
     rows = train_rows(handle)
     assert all(math.isfinite(r["loss"]) for r in rows)
     assert mean(r["loss"] for r in rows[-2:]) < rows[0]["loss"]
@@ -89,7 +89,7 @@ def test_reference_free_losses_train(demo_model_dir, tmp_path, loss):
 
 def test_resume_continues_where_the_checkpoint_stopped(demo_model_dir, tmp_path):
     first = engine.train(dpo_config(demo_model_dir, tmp_path, max_steps=2, save_steps=2), runs_dir=tmp_path / "runs")
-    assert first.status()["state"] == "completed"
+    assert first.status().state == "completed"
     assert (tmp_path / "out" / "checkpoint-2" / "CHECKPOINT_COMPLETE").exists()
     again = engine.train(dpo_config(demo_model_dir, tmp_path, max_steps=4, resume_from_checkpoint="auto"),
                          runs_dir=tmp_path / "runs", run_id="resumed")
@@ -110,8 +110,8 @@ def test_identical_answers_are_reported_and_eval_pairs_are_scored(demo_model_dir
                                      max_steps=2, per_device_train_batch_size=2, max_samples=None),
                           runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
-    assert any("1 pair(s) have the same chosen and rejected answer" in note for note in status["notes"])
+    assert status.state == "completed", status
+    assert any("1 pair(s) have the same chosen and rejected answer" in note for note in status.notes)
     evals = [m for m in handle.metrics() if "eval_loss" in m]
     assert len(evals) == 1 and evals[0]["step"] == 2 and math.isfinite(evals[0]["eval_loss"])
     assert "data: 6 pairs -> 4 train / 2 eval" in (handle.path / "train.log").read_text()
@@ -128,7 +128,7 @@ def test_detached_run_writes_reward_metrics(demo_model_dir, tmp_path):
     """`python -m engine.recipes.dpo RUN/dpo.yaml` — what the CLI and the TUI start."""
     handle = engine.train(dpo_config(demo_model_dir, tmp_path, max_steps=2), detach=True, runs_dir=tmp_path / "runs")
     status = handle.wait(timeout=240)
-    assert status["state"] == "completed", (handle.path / "train.log").read_text()[-2000:]
+    assert status.state == "completed", (handle.path / "train.log").read_text()[-2000:]
     assert "rewards/accuracies" in train_rows(handle)[-1]
 
 
@@ -142,8 +142,8 @@ def test_llamafactory_dpo_example_runs_on_the_demo_model(lf_reference, demo_mode
     assert engine.validate(config) == []
     handle = engine.train(config, runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
-    assert any("fp32" in note for note in status.get("notes", []))
+    assert status.state == "completed", status
+    assert any("fp32" in note for note in (status.notes or []))
     rows = train_rows(handle)
     assert [r["step"] for r in rows] == [1, 2] and all("rewards/accuracies" in r for r in rows)
 
@@ -156,7 +156,7 @@ def test_llamafactory_dpo_example_full_length(lf_reference, demo_model_dir, tmp_
                                 f"dataset_dir={lf_reference / 'data'}", "max_steps=6",
                                 f"output_dir={tmp_path / 'out'}")
     handle = engine.train(config, runs_dir=tmp_path / "runs")
-    assert handle.status()["state"] == "completed"
+    assert handle.status().state == "completed"
     assert "rewards/accuracies" in train_rows(handle)[-1]
 
 

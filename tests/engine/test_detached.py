@@ -29,12 +29,12 @@ def test_killed_run_is_failed_then_resumes(demo_model_dir, tmp_path):
         "learning_rate": 1e-3, "max_steps": 400, "save_steps": 3, "save_total_limit": 2, "logging_steps": 1,
         "output_dir": str(tmp_path / "out")})
     handle = engine.train(config, detach=True, runs_dir=tmp_path / "runs")
-    output_dir = Path(handle.status()["output_dir"])
+    output_dir = Path(handle.status().output_dir)
     assert wait_for(lambda: len(find_complete_checkpoints(output_dir)) >= 1), handle.run.tail_log()
     os.kill(handle.process.pid, signal.SIGKILL)
     handle.process.wait()
     status = handle.status()
-    assert status["state"] == "failed" and "exited without recording" in status["exit_reason"]
+    assert status.state == "failed" and "exited without recording" in status.exit_reason
     assert len(find_complete_checkpoints(output_dir)) <= 2  # rotation keeps the newest two
     last = find_complete_checkpoints(output_dir)[-1]
     last_step = int(last.name.split("-")[1])
@@ -43,10 +43,10 @@ def test_killed_run_is_failed_then_resumes(demo_model_dir, tmp_path):
     # so resume and then stop it cleanly once it has gone past the checkpoint.
     resumed = engine.resume(handle.run_id, runs_dir=tmp_path / "runs", detach=True)
     assert wait_for(lambda: any(e["event"] == "resumed" for e in resumed.run.read_events()))
-    assert wait_for(lambda: (resumed.status().get("step") or 0) > last_step + 2)
+    assert wait_for(lambda: (resumed.status().step or 0) > last_step + 2)
     engine.stop(handle.run_id, runs_dir=tmp_path / "runs")
     final = resumed.wait(timeout=120)
-    assert final["state"] == "stopped"
+    assert final.state == "stopped"
     resumed_event = next(e for e in resumed.run.read_events() if e["event"] == "resumed")
     assert resumed_event["step"] == last_step
     steps = [m["step"] for m in resumed.metrics() if "loss" in m]
@@ -63,8 +63,8 @@ def test_detached_run_completes_and_cli_reports(demo_model_dir, tmp_path):
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.split("started run ")[1].split()[0]
     run = engine.runs.get(run_id, runs)
-    assert wait_for(lambda: run.read_status().get("state") in ("completed", "failed"))
-    assert run.read_status()["state"] == "completed", run.tail_log()
+    assert wait_for(lambda: run.read_status().state in ("completed", "failed"))
+    assert run.read_status().state == "completed", run.tail_log()
     status = subprocess.run([sys.executable, "-m", "assistant.cli.main", "status", run_id], capture_output=True,
                             text=True, env=env, cwd=tmp_path)
     assert "completed" in status.stdout and "step 4/4" in status.stdout

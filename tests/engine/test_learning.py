@@ -26,11 +26,11 @@ def test_identity_is_learned(demo_model_dir, tmp_path):
         "learning_rate": 3e-3, "num_train_epochs": 8, "lr_scheduler_type": "cosine", "warmup_ratio": 0.05,
         "logging_steps": 10, "save_strategy": "no", "plot_loss": False, "output_dir": str(tmp_path / "out")})
     handle = engine.train(config, runs_dir=tmp_path / "runs")
-    assert handle.status()["state"] == "completed"
+    assert handle.status().state == "completed"
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = handle.status()["output_dir"]
+    out = handle.status().output_dir
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     prompt = get_template("qwen", tokenizer).encode_prompt(tokenizer, [{"role": "user", "content": "Who are you?"}])

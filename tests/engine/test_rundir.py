@@ -1,10 +1,13 @@
-"""The run directory contract: atomic status, append-only JSONL, dead processes reported as failed."""
+"""The run directory contract: one typed status, written atomically, read without writing; strict JSONL."""
 
 import json
 import subprocess
 import sys
 
-from engine.rundir import RunDir, find_complete_checkpoints, new_run_id, read_jsonl, CHECKPOINT_MARKER
+import psutil
+
+from engine.rundir import CHECKPOINT_MARKER, RunDir, find_complete_checkpoints, new_run_id, read_jsonl
+from engine.runstatus import ProcessIdentity, RunState, RunStatus
 
 
 def test_run_id_shape():
@@ -15,11 +18,22 @@ def test_run_id_shape():
 
 def test_status_replaced_atomically_and_merged(tmp_path):
     run = RunDir(tmp_path / "r")
-    run.update_status(state="pending", model="m")
+    run.update_status(state=RunState.PENDING, model="m")
     run.update_status(step=3)
-    status = json.loads((tmp_path / "r" / "status.json").read_text())
-    assert status["state"] == "pending" and status["model"] == "m" and status["step"] == 3
+    status = run.read_status()
+    assert isinstance(status, RunStatus) and status.state == "pending" and status.model == "m" and status.step == 3
+    assert json.loads(run.status_path.read_text())["state"] == "pending"
     assert not list((tmp_path / "r").glob(".*.tmp"))
+
+
+def test_unknown_or_mistyped_fields_never_break_readers(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    run.status_path.write_text(json.dumps({"state": "bogus", "step": "many", "notes": "x", "extra": 1,
+                                           "process": {"pid": "1"}, "loss": 1.5}))
+    status = run.read_status()
+    assert status.state == RunState.PENDING and status.step == 0 and status.notes == [] and status.process is None
+    assert status.loss == 1.5
 
 
 def test_half_written_jsonl_line_is_skipped(tmp_path):
@@ -28,14 +42,50 @@ def test_half_written_jsonl_line_is_skipped(tmp_path):
     assert read_jsonl(path) == [{"step": 1}, {"step": 2}]
 
 
-def test_dead_running_process_is_reported_failed(tmp_path):
+def test_metrics_stay_strict_json(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.append_metric({"step": 1, "loss": float("nan"), "grad_norm": float("inf")})
+    line = run.metrics_path.read_text().strip()
+    assert "NaN" not in line and "Infinity" not in line
+    assert json.loads(line) == {"step": 1, "loss": None, "grad_norm": None}
+
+
+def test_relogged_steps_after_a_resume_count_once(tmp_path):
+    run = RunDir(tmp_path / "r")
+    for step in (1, 2, 3, 4, 2, 3, 4, 5):  # died after step 4, resumed from the checkpoint at step 1
+        run.append_metric({"step": step, "loss": float(step)})
+    run.append_metric({"step": 4, "eval_loss": 1.0})
+    steps = [row["step"] for row in run.read_metrics() if "loss" in row]
+    assert steps == [1, 2, 3, 4, 5]
+
+
+def test_dead_running_process_is_reported_failed_without_writing(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = ProcessIdentity.of(proc.pid)
     proc.wait()
     run = RunDir(tmp_path / "r")
-    run.update_status(state="running", pid=proc.pid)
+    run.update_status(state=RunState.RUNNING, process=identity)
     status = run.read_status()
-    assert status["state"] == "failed" and "exited without recording" in status["exit_reason"]
-    assert json.loads(run.status_path.read_text())["state"] == "failed"
+    assert status.state == "failed" and "exited without recording" in status.exit_reason
+    assert json.loads(run.status_path.read_text())["state"] == "running"  # readers never write
+
+
+def test_a_reused_pid_is_not_the_trainer(tmp_path):
+    """A live process with the recorded pid but another start time is someone else: the run is dead."""
+    me = psutil.Process()
+    impostor = ProcessIdentity(pid=me.pid, start_time=me.create_time() - 100.0, host=ProcessIdentity.current().host)
+    assert impostor.alive() is False and ProcessIdentity.current().alive() is True
+    run = RunDir(tmp_path / "r")
+    run.update_status(state=RunState.RUNNING, process=impostor)
+    assert run.read_status().state == "failed"
+
+
+def test_pids_one_and_below_are_never_processes(tmp_path):
+    host = ProcessIdentity.current().host
+    for pid in (-1, 0, 1):
+        assert ProcessIdentity.of(pid) is None
+        assert ProcessIdentity(pid=pid, start_time=0.0, host=host).alive() is False
+    assert ProcessIdentity(pid=4242, start_time=0.0, host="another-host").alive() is None
 
 
 def test_only_marked_checkpoints_count(tmp_path):

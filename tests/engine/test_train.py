@@ -28,10 +28,10 @@ def losses(handle):
 def test_lora_trains_only_adapters(demo_model_dir, tmp_path):
     handle = engine.train(tiny_config(demo_model_dir, tmp_path), runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
+    assert status.state == "completed", status
     curve = losses(handle)
     assert curve[-1] < curve[0] * 0.9, curve
-    out = Path(status["output_dir"])
+    out = Path(status.output_dir)
     adapter = load_file(out / "adapter_model.safetensors")
     assert adapter and all("lora_" in k for k in adapter)
     # lora_B starts at zero; training moved it.
@@ -58,10 +58,10 @@ def test_full_and_freeze_change_the_right_weights(demo_model_dir, tmp_path):
         handle = engine.train(tiny_config(demo_model_dir, tmp_path / method, finetuning_type=method,
                                           learning_rate=2e-3, freeze_trainable_layers=1),
                               runs_dir=tmp_path / "runs")
-        assert handle.status()["state"] == "completed"
+        assert handle.status().state == "completed"
         curve = losses(handle)
         assert curve[-1] < curve[0], (method, curve)
-        tuned = AutoModelForCausalLM.from_pretrained(handle.status()["output_dir"]).state_dict()
+        tuned = AutoModelForCausalLM.from_pretrained(handle.status().output_dir).state_dict()
         changed = {k for k in base if not torch.equal(base[k], tuned[k])}
         if method == "full":
             assert any("layers.0." in k for k in changed) and any("layers.1." in k for k in changed)
@@ -77,11 +77,16 @@ def test_gradient_accumulation_normalises_by_tokens(demo_model_dir, tmp_path):
                                           per_device_train_batch_size=bs, gradient_accumulation_steps=ga,
                                           max_steps=1, logging_steps=1, learning_rate=1e-3),
                               runs_dir=tmp_path / "runs")
-        results.append((losses(handle)[0], load_file(Path(handle.status()["output_dir"]) / "model.safetensors")))
-    (loss_a, weights_a), (loss_b, weights_b) = results
+        first = [m for m in handle.metrics() if "loss" in m][0]
+        results.append((first["loss"], first["grad_norm"], load_file(Path(handle.status().output_dir) /
+                                                                      "model.safetensors")))
+    (loss_a, norm_a, weights_a), (loss_b, norm_b, weights_b) = results
     assert loss_a == pytest.approx(loss_b, abs=1e-5)
+    assert norm_a == pytest.approx(norm_b, rel=1e-5)  # the same gradient: its norm before clipping
+    # Adam's first step is lr * g/|g|: a gradient entry near zero turns fp32 noise into up to lr of difference,
+    # so the weights are compared at a fraction of lr (1e-3) rather than at fp32 precision.
     for key in weights_a:
-        torch.testing.assert_close(weights_a[key], weights_b[key], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(weights_a[key], weights_b[key], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("method", ["lora", "full"])
@@ -95,14 +100,14 @@ def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path, method):
     stop = StopFlag()
     first = engine.train(tiny_config(demo_model_dir, tmp_path / "b", **common), runs_dir=tmp_path / "runs",
                          stop=stop, on_log=lambda row: row.get("step") == 4 and stop.request("test"))
-    assert first.status()["state"] == "stopped" and first.status()["step"] == 4
+    assert first.status().state == "stopped" and first.status().step == 4
     resumed = engine.train(tiny_config(demo_model_dir, tmp_path / "b", **common, resume_from_checkpoint="auto",
                                        overwrite_output_dir=True), runs_dir=tmp_path / "runs")
     assert any(e["event"] == "resumed" for e in resumed.run.read_events())
     assert losses(resumed)[-1] == pytest.approx(losses(straight)[-1], abs=1e-5)
     weights = "adapter_model.safetensors" if method == "lora" else "model.safetensors"
-    a = load_file(Path(straight.status()["output_dir"]) / weights)
-    b = load_file(Path(resumed.status()["output_dir"]) / weights)
+    a = load_file(Path(straight.status().output_dir) / weights)
+    b = load_file(Path(resumed.status().output_dir) / weights)
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-5)
 
@@ -110,8 +115,8 @@ def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path, method):
 def test_bf16_on_cpu_trains_fp32_and_says_so(demo_model_dir, tmp_path):
     handle = engine.train(tiny_config(demo_model_dir, tmp_path, bf16=True, max_steps=2), runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed"
-    assert any("fp32" in note for note in status.get("notes", []))
+    assert status.state == "completed"
+    assert any("fp32" in note for note in (status.notes or []))
     assert "NOTE" in handle.run.log_path.read_text()
 
 
@@ -146,4 +151,5 @@ def test_head_on_trained_positions_gives_the_full_loss_and_gradients(demo_model_
     assert tokens_a == tokens_b == int((labels[:, 1:] != -100).sum())
     torch.testing.assert_close(loss_a, loss_b, atol=1e-5, rtol=1e-6)
     for name in grads_a:
-        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-6, rtol=1e-5)
+        # fp32 sums in another order (the head on 14 rows instead of 24): ~1e-6 relative.
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-5, rtol=1e-4)

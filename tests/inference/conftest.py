@@ -18,10 +18,10 @@ def _train(model_dir: Path, root: Path, method: str) -> Path:
         "lr_scheduler_type": "constant", "plot_loss": False})
     handle = engine.train(config, runs_dir=root / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
+    assert status.state == "completed", status
     losses = [m["loss"] for m in handle.metrics() if "loss" in m]
     assert losses[-1] < losses[0], losses  # the fixtures are only useful if training moved the weights
-    return Path(status["output_dir"])
+    return Path(status.output_dir)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ def test_auto_kernels_give_the_same_loss_curve(demo_model_dir, tmp_path, monkeyp
     for name in ("none", "auto"):
         handle = engine.train(sft_config(demo_model_dir, tmp_path / name, kernel_config={"name": name}),
                               runs_dir=tmp_path / "runs")
-        assert handle.status()["state"] == "completed", handle.status()
+        assert handle.status().state == "completed", handle.status()
         curves[name] = [m["loss"] for m in handle.metrics() if "loss" in m]
     assert len(curves["auto"]) == 8
     assert curves["auto"][-1] < curves["auto"][0] * 0.9, curves["auto"]

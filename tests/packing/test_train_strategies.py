@@ -20,9 +20,9 @@ def run(model_dir, tmp_path, name, **over):
     config.update(over)
     handle = engine.train(engine.load_config(config), runs_dir=tmp_path / "runs")
     status = handle.status()
-    assert status["state"] == "completed", status
+    assert status.state == "completed", status
     metrics = [m for m in handle.metrics() if "loss" in m]
-    weights = Path(status["output_dir"]) / ("model.safetensors" if config["finetuning_type"] == "full"
+    weights = Path(status.output_dir) / ("model.safetensors" if config["finetuning_type"] == "full"
                                             else "adapter_model.safetensors")
     return status, metrics, load_file(weights)
 
@@ -32,8 +32,8 @@ def test_packed_training_reproduces_padded_training(demo_model_dir, tmp_path):
     packed_status, packed_metrics, packed_weights = run(demo_model_dir, tmp_path, "packed", packing=True)
     assert [m["loss"] for m in packed_metrics] == pytest.approx([m["loss"] for m in padded_metrics], abs=1e-5)
     # The same real tokens were seen; only padding is gone.
-    assert packed_status["num_input_tokens_seen"] == padded_status["num_input_tokens_seen"]
-    assert packed_status["num_trained_tokens"] == padded_status["num_trained_tokens"]
+    assert packed_status.num_input_tokens_seen == padded_status.num_input_tokens_seen
+    assert packed_status.num_trained_tokens == padded_status.num_trained_tokens
     base = load_file(Path(demo_model_dir) / "model.safetensors")
     changed = [k for k in base if not torch.equal(base[k], packed_weights[k])]
     assert any("layers.0." in k for k in changed) and any("layers.1." in k for k in changed)

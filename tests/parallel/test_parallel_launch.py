@@ -4,6 +4,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,14 @@ def test_process_count_follows_the_gpu_choice(tmp_path):
 
 def check_two_process_run(run: Path, strategy: str) -> list[dict]:
     status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "completed", status.get("exit_reason")
-    assert status["parallel"] == strategy and status["world_size"] == 2
+    assert status.state == "completed", status.exit_reason
+    assert status.parallel == strategy and status.world_size == 2
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [2, 4, 6]  # one writer: one set of metrics
     assert metrics[-1]["loss"] < metrics[0]["loss"]
     log = (run / "train.log").read_text()
     assert "[default0]:" in log and "[default1]:" in log  # every rank's output, marked with its rank
-    adapter = load_file(Path(status["output_dir"]) / "adapter_model.safetensors")
+    adapter = load_file(Path(status.output_dir) / "adapter_model.safetensors")
     assert any(float(v.abs().sum()) > 0 for k, v in adapter.items() if "lora_B" in k)  # trained (B starts at 0)
     return metrics
 
@@ -138,3 +139,38 @@ def test_sequence_parallel_training_equals_single_device_training(demo_model_dir
         assert run["state"] == "completed" and run["strategy"] == "ulysses", name
         assert run["losses"] == pytest.approx(expected_loss, abs=1e-5), name
         assert run["grad_norms"] == pytest.approx(expected_norm, rel=1e-4), name
+
+
+@pytest.mark.multiproc
+def test_two_process_dpo_ends_at_one_epoch_and_stops_through_the_cli(demo_model_dir, tmp_path, monkeypatch):
+    """The DPO recipe plans its steps after sharding like every stage: num_train_epochs 1 ends at epoch 1.0 with
+    the token counts of both ranks; `lf-assistant stop` ends a 2-process run (torchrun is the recorded process)."""
+    for key, value in child_env(tmp_path / "tmp").items():
+        monkeypatch.setenv(key, value)
+    common = {"stage": "dpo", "dataset": "dpo_demo", "max_samples": 16, "num_train_epochs": 1, "max_steps": -1,
+              "logging_steps": 1}
+    config = engine.load_config(write_config(tmp_path, demo_model_dir, **common))
+    handle = engine.train(config, runs_dir=tmp_path / "runs", run_id="dpo2", nproc_per_node=2)
+    status = handle.status()
+    assert status.state == "completed", handle.run.tail_log(40)
+    rows = [m for m in handle.metrics() if "loss" in m]
+    assert rows[-1]["epoch"] == 1.0 and rows[-1]["step"] == status.total_steps == 4  # 16 pairs, 2 x 2 a step
+    single = engine.train(engine.load_config(write_config(tmp_path / "one", demo_model_dir, **common,
+                                                          gradient_accumulation_steps=2)),
+                          runs_dir=tmp_path / "runs", run_id="dpo1").status()
+    assert status.num_trained_tokens == single.num_trained_tokens and status.total_steps == single.total_steps
+
+    long = engine.load_config(write_config(tmp_path / "long", demo_model_dir, **common, num_train_epochs=200,
+                                           max_samples=60))
+    handle = engine.train(long, runs_dir=tmp_path / "runs", run_id="dpo-long", nproc_per_node=2, detach=True)
+    deadline = time.time() + 240
+    while handle.status().step < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    assert handle.status().process.pid == handle.process.pid  # the launcher's child: torchrun, not a rank
+    done = subprocess.run([sys.executable, "-m", "assistant.cli.main", "stop", "dpo-long", "--runs-dir",
+                           str(tmp_path / "runs")], env=child_env(tmp_path / "tmp"), capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    final = handle.wait(timeout=60)
+    assert final.state == "stopped" and final.last_checkpoint
+    assert handle.process.wait(timeout=30) == 0

@@ -211,7 +211,7 @@ def recipe_config(model_dir: str, out: Path, **over):
 def case_fsdp_recipe(model_dir: str, out: Path) -> dict:
     """The SFT recipe under FSDP2: full fine-tuning saves a model from_pretrained loads; LoRA saves an adapter,
     and a run resumed from its step-2 checkpoint (sharded optimizer state gathered) ends with the same weights."""
-    from engine.recipes.sft import train
+    from engine.recipes import run_stage
     from engine.rundir import RunDir
 
     results = {}
@@ -223,9 +223,9 @@ def case_fsdp_recipe(model_dir: str, out: Path) -> dict:
         config = recipe_config(model_dir, out, output_dir=str(out / name), **over)
         run = RunDir(out / f"run-{name}")
         run.path.mkdir(exist_ok=True)
-        status = train(config, run)
-        results[name] = {"state": status.get("state"), "step": status.get("step"),
-                         "strategy": run.read_status().get("parallel"),
+        status = run_stage(config, run)
+        results[name] = {"state": status.state, "step": status.step,
+                         "strategy": run.read_status().parallel,
                          "losses": [m["loss"] for m in run.read_metrics() if "loss" in m]}
         dist.barrier()  # rank 0 finishes writing the output before anyone reads it
     return results
@@ -233,7 +233,7 @@ def case_fsdp_recipe(model_dir: str, out: Path) -> dict:
 
 def case_composed_recipe(model_dir: str, out: Path) -> dict:
     """Ulysses sp=2 over DDP, over FSDP2, and with gradient checkpointing: the same training, the same losses."""
-    from engine.recipes.sft import train
+    from engine.recipes import run_stage
     from engine.rundir import RunDir
 
     results = {}
@@ -244,8 +244,8 @@ def case_composed_recipe(model_dir: str, out: Path) -> dict:
         config.fsdp = fsdp
         run = RunDir(out / f"run-{name}")
         run.path.mkdir(exist_ok=True)
-        status = train(config, run)
-        results[name] = {"state": status.get("state"), "strategy": run.read_status().get("parallel"),
+        status = run_stage(config, run)
+        results[name] = {"state": status.state, "strategy": run.read_status().parallel,
                          "losses": [m["loss"] for m in run.read_metrics() if "loss" in m],
                          "grad_norms": [m["grad_norm"] for m in run.read_metrics() if "grad_norm" in m]}
         dist.barrier()

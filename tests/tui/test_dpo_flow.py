@@ -65,9 +65,9 @@ async def test_dpo_walk_on_the_demo_model_completes_with_reward_metrics(workspac
         assert table.row_count == len(dialog.rows)
         written = dict(dialog.rows)
         await pilot.press("y")
-        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.get("state")
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.state
                          in ("completed", "failed", "stopped"), timeout=120, what="training to end")
-        assert app.screen.status["state"] == "completed", app.screen.status
+        assert app.screen.status.state == "completed", app.screen.status
         assert "reward acc" in _text(app, "#rewards") and "margin" in _text(app, "#rewards")
         assert "accuracies" in _text(app, "#chart") and "margins (right axis)" in _text(app, "#chart")
         await pilot.press("l")  # the log takes the chart's space

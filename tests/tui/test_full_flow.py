@@ -37,9 +37,9 @@ async def test_full_flow_trains_validates_and_exports(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
         train_rows = await _answer_until_training(pilot, app)
-        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.get("state")
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.state
                          in ("completed", "failed", "stopped"), timeout=240, what="training to end")
-        assert app.screen.status["state"] == "completed", app.screen.status
+        assert app.screen.status.state == "completed", app.screen.status
         assert "completed" in str(app.screen.query_one("#run-state").render())
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "LossScreen"))
@@ -74,7 +74,7 @@ async def test_full_flow_trains_validates_and_exports(workspace):
     assert yaml.safe_load((run / "export.yaml").read_text()) == export_rows
     assert config["template"] == infer_rows["template"] == export_rows["template"]
     status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "completed" and status["step"] == status["total_steps"] == 20
+    assert status.state == "completed" and status.step == status.total_steps == 20
     assert json.loads((run / "device.json").read_text())["platform"] == "cpu"
     losses = [m["loss"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
     assert losses[-1] < losses[0]

@@ -43,37 +43,37 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
         output_dir = app.state.output_dir
         await wait_until(pilot, lambda: find_complete_checkpoints(output_dir), timeout=180, what="a checkpoint")
         status = run.read_status()
-        assert status["state"] == "running" and status["step"] < status["total_steps"]
-        os.killpg(status["pid"], signal.SIGKILL)  # the run's own session: the training process and its children
-        await wait_until(pilot, lambda: app.screen.status.get("state") == "failed", timeout=30, what="failure seen")
+        assert status.state == "running" and status.step < status.total_steps
+        os.killpg(status.pid, signal.SIGKILL)  # the run's own session: the training process and its children
+        await wait_until(pilot, lambda: app.screen.status.state == "failed", timeout=30, what="failure seen")
         assert "resume" in messages(app)
         await pilot.press("ctrl+q")
     killed_at = max(int(p.name.split("-")[1]) for p in find_complete_checkpoints(output_dir))
 
     again = make_app(workspace, resume=app.state.run_id)
     async with again.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: on_screen(again, "TrainScreen") and again.screen.status.get("state") ==
+        await wait_until(pilot, lambda: on_screen(again, "TrainScreen") and again.screen.status.state ==
                          "failed", what="reopened on the failed run")
         assert "newest complete checkpoint" in messages(again)
         await pilot.press("r")
-        await wait_until(pilot, lambda: again.screen.status.get("state") == "running", timeout=60, what="resumed")
+        await wait_until(pilot, lambda: again.screen.status.state == "running", timeout=60, what="resumed")
         await pilot.press("ctrl+q")  # the run goes on without the TUI
-    assert run.read_status()["state"] in ("running", "completed")
+    assert run.read_status().state in ("running", "completed")
 
     third = make_app(workspace, resume=app.state.run_id)
     async with third.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: on_screen(third, "TrainScreen"))
         assert third.resume_action in ("reattach", "after_training")
         if third.resume_action == "reattach":
-            await wait_until(pilot, lambda: third.screen.status.get("state") == "completed", timeout=300,
+            await wait_until(pilot, lambda: third.screen.status.state == "completed", timeout=300,
                              what="completion")
     status = run.read_status()
-    assert status["state"] == "completed" and status["step"] == status["total_steps"] == 80
+    assert status.state == "completed" and status.step == status.total_steps == 80
     events = run.read_events()
     kinds = [e["event"] for e in events]
     assert "resume_requested" in kinds and kinds.count("launched") == 2
     resumed = next(e for e in events if e["event"] == "resumed")
-    assert resumed["step"] == killed_at  # continued from the newest complete checkpoint, not from step 0
+    assert resumed.step == killed_at  # continued from the newest complete checkpoint, not from step 0
     assert json.loads((run.path / "state.json").read_text())["launched"] is True
 
 
@@ -81,20 +81,20 @@ async def test_stop_asks_first_then_saves_and_can_resume(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
         await _launch_long_run(pilot, app)
-        await wait_until(pilot, lambda: (app.screen.status.get("step") or 0) >= 2, timeout=180, what="steps")
+        await wait_until(pilot, lambda: (app.screen.status.step or 0) >= 2, timeout=180, what="steps")
         await pilot.press("s")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"), what="stop confirmation")
         await pilot.press("n")  # changed their mind: nothing happens
         await wait_until(pilot, lambda: on_screen(app, "TrainScreen"))
-        assert app.screen.status.get("state") == "running"
+        assert app.screen.status.state == "running"
         await pilot.press("s")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"))
         await pilot.press("y")
-        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.get("state") == "stopped",
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.state == "stopped",
                          timeout=120, what="stopped")
         assert "resume" in messages(app)
         await pilot.press("ctrl+n")
         assert on_screen(app, "TrainScreen")  # a stopped run is not "done"
     run = RunDir(workspace / "lf_runs" / app.state.run_id)
-    assert run.read_status()["state"] == "stopped"
+    assert run.read_status().state == "stopped"
     assert find_complete_checkpoints(app.state.output_dir)  # stopping saved a checkpoint to resume from

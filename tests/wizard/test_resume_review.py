@@ -6,6 +6,7 @@ from assistant.wizard import review
 from assistant.wizard.resume import plan_resume
 from assistant.wizard.state import new_state, save_state
 from engine.rundir import RunDir
+from engine.runstatus import ProcessIdentity
 
 
 def _run(workspace, **state_fields):
@@ -24,12 +25,12 @@ def test_not_launched_reopens_the_saved_stage_with_its_answers(workspace, skill)
 
 def test_running_training_is_reattached_and_a_dead_one_offers_resume(workspace, skill):
     state, run = _run(workspace, stage="train", launched=True, scope="sft", execution="run_here")
-    run.update_status(state="running", pid=os.getpid(), step=3, total_steps=20)
+    run.update_status(state="running", process=ProcessIdentity.current(), step=3, total_steps=20)
     assert plan_resume(run.path, skill).action == "reattach"
-    run.update_status(state="running", pid=2**22 + 4321)  # no such process: it died
+    run.update_status(state="running", process=ProcessIdentity(2**22 + 4321, 0.0, ProcessIdentity.current().host))  # died
     plan = plan_resume(run.path, skill)
     assert (plan.stage, plan.action) == ("train", "offer_resume")
-    assert RunDir(run.path).read_status()["state"] == "failed"
+    assert RunDir(run.path).read_status().state == "failed"
 
 
 def test_finished_training_continues_with_the_next_open_stage(workspace, skill):

@@ -6,6 +6,7 @@ import pytest
 
 from assistant.wizard.stages import export, gpu, model, train, validate
 from assistant.wizard.state import new_state
+from engine.runstatus import ProcessIdentity, RunState, RunStatus
 
 
 
@@ -73,7 +74,7 @@ def _metrics(losses):
 
 
 def test_health_hints_catch_nan_flat_overfit_and_stall():
-    running = {"state": "running", "pid": __import__("os").getpid()}
+    running = RunStatus(state=RunState.RUNNING, process=ProcessIdentity.current())
     hints = train.health_hints(_metrics([2.0, math.nan]), running, SETTINGS, rows=90, last_metric_at=None)
     assert [h.level for h in hints] == ["error"]
     flat = train.health_hints(_metrics([2.0, 2.01, 1.99, 2.0, 2.02, 1.98]), running, SETTINGS, rows=90,
@@ -88,7 +89,7 @@ def test_health_hints_catch_nan_flat_overfit_and_stall():
     stalled = train.health_hints(_metrics([2.0, 1.5]), running, SETTINGS, rows=90, last_metric_at=1000.0,
                                  now=1000.0 + 600)
     assert any("stuck" in h.message for h in stalled)
-    dead = {"state": "running", "pid": 2**22 + 12345}
+    dead = RunStatus(state=RunState.RUNNING, process=ProcessIdentity(2**22 + 12345, 0.0, running.process.host))
     assert train.health_hints(_metrics([2.0, 1.5]), dead, SETTINGS, rows=90, last_metric_at=1000.0,
                               now=1600.0) == []
 

@@ -39,7 +39,7 @@ class LossScreen(StageScreen):
         series.update({"eval_loss": evals} if len(evals) >= 2 else {})
         right = [metric_label(name) for name in train_settings.get("right_axis", [])]
         self.query_one("#chart", LossChart).set_series(series, right=right)
-        plot = status.get("loss_plot")
+        plot = status.loss_plot
         lines = [t("loss.plot", path=display_path(plot)) if plot else t("loss.no_plot")]
         if losses:
             lines.append(t("loss.range", first=f"{losses[0][1]:.4f}", last=f"{losses[-1][1]:.4f}", points=len(losses)))

@@ -112,7 +112,7 @@ class RunScreen(Screen):
     def on_mount(self) -> None:
         record = review.load_record(self.row.path)
         status = record.status
-        facts = [t("review.facts", state=status.get("state", "-"), steps=self.row.steps, loss=self.row.final_loss),
+        facts = [t("review.facts", state=status.state, steps=self.row.steps, loss=self.row.final_loss),
                  t("loss.plot", path=display_path(record.loss_plot)) if record.loss_plot else "",
                  t("summary.export") + " " + display_path(record.export_dir) if record.export_dir else ""]
         self.query_one("#run-facts", Static).update(escape("\n".join(f for f in facts if f)))

@@ -23,6 +23,7 @@ from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import ConfirmDialog, ConfirmTable
 from assistant.wizard import build
 from assistant.wizard.stages import train
+from engine.runstatus import RunStatus
 
 
 # Lines of train.log read per poll: enough to fill the log view at 80x24 and a taller terminal.
@@ -58,7 +59,7 @@ class TrainScreen(StageScreen):
         self.built: build.BuiltConfig | None = None
         self.process = None
         self.metrics: list[dict] = []
-        self.status: dict = {}
+        self.status = RunStatus()
         self.last_metric_at: float | None = None
         self.watching = False
         self.chart_drawn = False
@@ -181,7 +182,7 @@ class TrainScreen(StageScreen):
             if new:
                 last_metric_at = time.time()
             self.post_message(RunPolled(status, new, run.tail_log(LOG_TAIL), last_metric_at))
-            if status.get("state") in train.TERMINAL_STATES:
+            if status.is_terminal:
                 return
             time.sleep(poll)
 
@@ -195,7 +196,7 @@ class TrainScreen(StageScreen):
             self.chart_drawn = True
         self._show_log(message.log_lines)
         self._show_hints()
-        state = self.status.get("state")
+        state = self.status.state
         if state in train.TERMINAL_STATES:
             self.watching = False
             self._finished(state)
@@ -237,14 +238,14 @@ class TrainScreen(StageScreen):
 
     def _show_status(self) -> None:
         status = self.status
-        step, total = status.get("step") or 0, status.get("total_steps")
+        step, total = status.step or 0, status.total_steps
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=total or None, progress=step)
         last = next((m for m in reversed(self.metrics) if m.get("loss") is not None), {})
-        loss = status.get("loss", last.get("loss"))
+        loss = status.loss if status.loss is not None else last.get("loss")
         self.query_one("#run-state", Static).update(
-            t("train.state", state=t(f"run.{status.get('state', 'pending')}"), step=step, total=total or "?",
-              elapsed=fmt_duration(status.get("elapsed_s")), eta=fmt_duration(status.get("eta_s"))))
+            t("train.state", state=t(f"run.{status.state}"), step=step, total=total or "?",
+              elapsed=fmt_duration(status.elapsed_s), eta=fmt_duration(status.eta_s if not status.is_terminal else None)))
         self.query_one("#numbers", Static).update(t(
             "train.numbers", loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
             lr=f"{last['learning_rate']:.1e}" if last.get("learning_rate") is not None else "-",
@@ -273,11 +274,11 @@ class TrainScreen(StageScreen):
 
     def _finished(self, state: str) -> None:
         if state == "completed":
-            self.say(info=[t("train.completed", path=train.display_path(self.status.get("output_dir") or "-"))])
+            self.say(info=[t("train.completed", path=train.display_path(self.status.output_dir or "-"))])
             self.query_one("#continue").display = True
             self.query_one("#continue", Button).focus()
             return
-        reason = self.status.get("exit_reason") or "-"
+        reason = self.status.exit_reason or "-"
         checkpoint = train.newest_checkpoint(self.status)
         offer = t("train.offer_resume", checkpoint=train.display_path(checkpoint)) if checkpoint else \
             t("train.no_checkpoint")
@@ -285,7 +286,7 @@ class TrainScreen(StageScreen):
 
     # --------------------------------------------------------------- keys
     def action_stop(self) -> None:
-        if self.status.get("state") != "running":
+        if self.status.state != "running":
             return
         self.app.push_screen(ConfirmDialog(t("train.stop_question")), callback=self._stop_confirmed)
 
@@ -302,7 +303,7 @@ class TrainScreen(StageScreen):
             self.say([str(exc)])
 
     def action_resume(self) -> None:
-        if self.status.get("state") not in ("failed", "stopped"):
+        if self.status.state not in ("failed", "stopped"):
             return
         from engine.errors import EngineError
 

@@ -16,6 +16,7 @@ from assistant.i18n import t
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
+from engine.methods import is_adapter
 
 STAGE = "export"
 EXPORT_FILE = "export.yaml"
@@ -25,7 +26,7 @@ PROGRESS = re.compile(r"progress\s+(\d+)\s*/\s*(\d+)")
 
 def merges(method: str | None) -> bool:
     """True when export merges an adapter (LoRA/QLoRA); False when it re-saves a whole model."""
-    return method in ("lora", "qlora")
+    return is_adapter(method)
 
 
 def default_dir(state: WizardState, skill: Skill, train_config: dict) -> str:

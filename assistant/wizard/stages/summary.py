@@ -9,6 +9,7 @@ from pathlib import Path
 from assistant.wizard.stages.train import display_path
 from assistant.wizard.stages.validate import ANSWERS_FILE, INFER_FILE, chat_command
 from assistant.wizard.state import WizardState
+from engine.methods import is_adapter
 
 
 @dataclass
@@ -36,21 +37,21 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
     status = run.read_status()
     metrics = run.read_metrics()
     epochs = [m["epoch"] for m in metrics if m.get("epoch") is not None]
-    final = status.get("final_loss", status.get("loss"))
+    final = status.final_loss if status.final_loss is not None else status.loss
     answers = read_jsonl(run.path / ANSWERS_FILE)
     validation = f"{len(answers)} × (base, tuned) → {display_path(run.path / ANSWERS_FILE)}" if answers else None
     has_infer = (run.path / INFER_FILE).is_file()
-    output = status.get("output_dir") or state.output_dir
+    output = status.output_dir or state.output_dir
     rewards = [m for m in metrics if m.get("rewards/accuracies") is not None]
     return Summary(
         run_folder=display_path(run.path),
         output_dir=display_path(output) if output else None,
-        output_kind="adapter" if state.method in ("lora", "qlora") else "model",
-        loss_plot=display_path(status["loss_plot"]) if status.get("loss_plot") else None,
-        steps=f"{status.get('step', '-')}/{status.get('total_steps', '-')}",
+        output_kind="adapter" if is_adapter(state.method) else "model",
+        loss_plot=display_path(status.loss_plot) if status.loss_plot else None,
+        steps=f"{status.step}/{status.total_steps or '-'}",
         epochs=f"{epochs[-1]:.2f}" if epochs else "-",
         final_loss=f"{final:.4f}" if isinstance(final, (int, float)) else "-",
-        runtime_s=status.get("runtime_s", status.get("elapsed_s")),
+        runtime_s=status.runtime_s if status.runtime_s is not None else status.elapsed_s,
         validation=validation,
         export_dir=display_path(state.export_dir) if state.exported and state.export_dir else None,
         chat_command=chat_command(run.path, state.device) if has_infer else None,

@@ -17,6 +17,7 @@ from assistant.i18n import t
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.stages.gpu import device_env, env_prefix
 from assistant.wizard.state import WizardState
+from engine.runstatus import RunStatus
 
 STAGE = "train"
 TERMINAL_STATES = ("completed", "failed", "stopped")
@@ -78,10 +79,10 @@ def resume_from_checkpoint(state: WizardState, runs_dir: str | Path | None) -> A
     return resume(state.run_id, runs_dir=runs_dir, detach=True, env=device_env(state.device))
 
 
-def newest_checkpoint(status: Mapping[str, Any]) -> Path | None:
+def newest_checkpoint(status: RunStatus) -> Path | None:
     from engine.rundir import find_complete_checkpoints
 
-    found = find_complete_checkpoints(status.get("output_dir") or "")
+    found = find_complete_checkpoints(status.output_dir or "")
     return found[-1] if found else None
 
 
@@ -89,7 +90,7 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def health_hints(metrics: list[dict], status: Mapping[str, Any], settings: Mapping[str, Any], *,
+def health_hints(metrics: list[dict], status: RunStatus, settings: Mapping[str, Any], *,
                  rows: int | None, last_metric_at: float | None, now: float | None = None) -> list[Hint]:
     """Rule-based hints on a run: NaN loss, loss not falling, loss near zero on a small dataset, a stall."""
     now = now or time.time()
@@ -112,11 +113,10 @@ def health_hints(metrics: list[dict], status: Mapping[str, Any], settings: Mappi
         if median > 0 and grad_norms[-1] > 10 * median:
             hints.append(Hint("warning", t("health.grad_spike", norm=grad_norms[-1], median=median)))
     hints += preference_hints(metrics, settings)
-    from engine.rundir import pid_alive
 
     stall = float(settings.get("stall_s", 300))
-    if (status.get("state") == "running" and last_metric_at and now - last_metric_at > stall
-            and pid_alive(status.get("pid"))):
+    if (status.state == "running" and last_metric_at and now - last_metric_at > stall
+            and status.process is not None and status.process.alive() is not False):
         hints.append(Hint("warning", t("health.stalled", minutes=(now - last_metric_at) / 60)))
     return hints
 
@@ -140,8 +140,8 @@ def preference_hints(metrics: list[dict], settings: Mapping[str, Any]) -> list[H
     return hints
 
 
-def finished(state: WizardState, status: Mapping[str, Any]) -> Outcome:
+def finished(state: WizardState, status: RunStatus) -> Outcome:
     """Leave the stage only once the engine recorded completion."""
-    if status.get("state") != "completed":
-        return refused(t("train.not_completed", state=status.get("state") or "-"))
-    return Outcome(state.replace(output_dir=status.get("output_dir") or state.output_dir))
+    if status.state != "completed":
+        return refused(t("train.not_completed", state=status.state or "-"))
+    return Outcome(state.replace(output_dir=status.output_dir or state.output_dir))

@@ -18,13 +18,13 @@ from assistant.wizard.stages.train import display_path
 from assistant.wizard.state import WizardState
 from engine.jsonio import write_text_atomic
 from engine.rundir import read_jsonl
+from engine.methods import is_adapter
 
 STAGE = "validate"
 INFER_FILE = "infer.yaml"
 PROMPTS_FILE = "prompts.txt"
 ANSWERS_FILE = "validation.jsonl"
 PROGRESS = re.compile(r"progress\s+(\d+)\s*/\s*(\d+)")
-ADAPTER_METHODS = ("lora", "qlora")
 
 
 def infer_config(state: WizardState, train_config: dict) -> dict:
@@ -42,7 +42,7 @@ def check_infer_config(state: WizardState, config: dict, template: str) -> list[
     """The guard the table is confirmed against: adapter only for LoRA/QLoRA, the training template."""
     problems = []
     has_adapter = bool(config.get("adapter_name_or_path"))
-    if (state.method in ADAPTER_METHODS) != has_adapter:
+    if is_adapter(state.method) != has_adapter:
         problems.append(t("validate.adapter_mismatch", method=state.method))
     if config.get("template") != template:
         problems.append(t("validate.template_mismatch", infer=config.get("template"), train=template))

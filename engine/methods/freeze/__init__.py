@@ -26,5 +26,6 @@ def prepare(model, config):
         match = layer_pattern.search(name)
         in_layer = bool(match) and int(match.group(1)) in layer_ids
         in_module = modules == ["all"] or any(f".{m}." in name or name.endswith(f".{m}") for m in modules)
-        parameter.requires_grad_(in_layer and in_module)
+        # A reward model's score head is new: it always trains.
+        parameter.requires_grad_((in_layer and in_module) or name.startswith("score."))
     return model

@@ -7,14 +7,22 @@ from pathlib import Path
 import torch
 
 
+# A reward model's score head (transformers' *ForSequenceClassification) trains in full beside the adapters.
+SCORE_HEAD = "score"
+
+
+def is_reward_model(model) -> bool:
+    return isinstance(getattr(model, SCORE_HEAD, None), torch.nn.Linear) and model.get_output_embeddings() is None
+
+
 def target_modules(model, lora_target: str) -> list[str] | str:
     """``all`` -> every linear layer's short name except the output head; else the comma-separated names."""
     if lora_target.strip() != "all":
         return [name.strip() for name in lora_target.split(",") if name.strip()]
-    head = model.get_output_embeddings()
+    heads = {model.get_output_embeddings(), getattr(model, SCORE_HEAD, None)} - {None}
     names = set()
     for full_name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and module is not head:
+        if isinstance(module, torch.nn.Linear) and module not in heads:
             names.add(full_name.rsplit(".", 1)[-1])
     return sorted(names)
 
@@ -24,12 +32,14 @@ def prepare(model, config):
 
     if config.adapter_name_or_path:
         return PeftModel.from_pretrained(model, config.adapter_name_or_path, is_trainable=True)
+    reward = is_reward_model(model)
     lora_config = LoraConfig(
-        task_type="CAUSAL_LM",
+        task_type="SEQ_CLS" if reward else "CAUSAL_LM",
         r=config.lora_rank,
         lora_alpha=config.lora_alpha_value,
         lora_dropout=config.lora_dropout,
         target_modules=target_modules(model, config.lora_target),
+        modules_to_save=[SCORE_HEAD] if reward else None,
     )
     return get_peft_model(model, lora_config)
 

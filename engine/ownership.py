@@ -1,0 +1,195 @@
+"""One live writer per run folder and per output_dir, and output folders that are provably ours.
+
+A lock is an exclusive ``flock`` on ``<folder>/.lfa.lock``, held by the process that trains (or by torchrun for
+several processes, which keeps it for the whole run). The kernel drops the lock when its holder dies, so a lock is
+never stale: "held" means a live process holds it. The file also records who holds it (run id, pid, host, start
+time) so a refusal can name the owner. The launcher takes the locks before it writes anything, then hands them
+to the training process it starts (the open descriptors are inherited; ``LFA_HELD_LOCKS`` names them).
+
+An output folder is ours when it carries ``.lfa-output.json`` (written when a run claims the folder). Training
+never writes into a non-empty folder that is not ours, and ``overwrite_output_dir`` clears only a folder that is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.jsonio import read_json_dict, write_text_atomic
+
+LOCK_NAME = ".lfa.lock"
+OUTPUT_MARKER = ".lfa-output.json"
+HELD_LOCKS_ENV = "LFA_HELD_LOCKS"
+OWN_FILES = (LOCK_NAME, OUTPUT_MARKER)
+
+
+class FolderInUse(EngineError):
+    """Another live process owns the folder."""
+
+
+@dataclass
+class Lock:
+    """An exclusive lock on one folder, held through an open descriptor."""
+
+    path: Path
+    fd: int | None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.release()
+
+
+def owner_text(info: dict) -> str:
+    run_id = info.get("run_id") or "an unknown run"
+    pid, host = info.get("pid"), info.get("host")
+    since = info.get("since")
+    when = time.strftime(", since %Y-%m-%d %H:%M", time.localtime(since)) if isinstance(since, (int, float)) else ""
+    where = f" (pid {pid} on {host}{when})" if pid else ""
+    return f"run {run_id}{where}"
+
+
+def read_owner(folder: Path) -> dict:
+    try:
+        data = json.loads((Path(folder) / LOCK_NAME).read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _inherited_fd(path: Path) -> int | None:
+    """The descriptor of ``path``'s lock this process inherited from its launcher, if any."""
+    try:
+        target = os.stat(path)
+    except OSError:
+        return None
+    for item in os.environ.get(HELD_LOCKS_ENV, "").split(os.pathsep):
+        if not item.isdigit():
+            continue
+        try:
+            held = os.fstat(int(item))
+        except OSError:
+            continue
+        if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
+            return int(item)
+    return None
+
+
+def acquire(folder: str | Path, *, run_id: str, what: str) -> Lock:
+    """Take ``folder``'s lock (creating the folder), or raise FolderInUse naming the live owner."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_NAME
+        inherited = _inherited_fd(path)
+        if inherited is not None:
+            return Lock(path, os.dup(inherited))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise EngineError(f"Cannot write to {what} {folder}: {exc.strerror or exc}. Choose a folder you can "
+                          "write to.") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        owner = read_owner(folder)
+        raise FolderInUse(f"{what} {folder} is in use by {owner_text(owner)}. Wait for that run to end, stop it "
+                          f"(`lf-assistant stop {owner.get('run_id') or 'RUN_ID'}`), or choose another {what}.") \
+            from None
+    info = {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+    return Lock(path, fd)
+
+
+def is_held(folder: str | Path) -> bool:
+    """Whether a live process holds ``folder``'s lock (this process included)."""
+    path = Path(folder) / LOCK_NAME
+    if not path.is_file():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def handover_env(locks: list[Lock]) -> dict[str, str]:
+    """What a child process needs to know it holds ``locks`` (pass their fds with ``pass_fds``)."""
+    fds = [lock.fd for lock in locks if lock.fd is not None]
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    return {HELD_LOCKS_ENV: os.pathsep.join(str(fd) for fd in fds)}
+
+
+# --- output folders -------------------------------------------------------------------------------------------
+
+def marker_run(folder: Path) -> str | None:
+    """The run id that claimed ``folder``, or None when it is not an lf-assistant output folder."""
+    marker = Path(folder) / OUTPUT_MARKER
+    if not marker.is_file():
+        return None
+    return str(read_json_dict(marker).get("run_id") or "unknown")
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    if not Path(folder).is_dir():
+        return []
+    return sorted(p.name for p in Path(folder).iterdir() if p.name not in OWN_FILES)
+
+
+def output_dir_problem(folder: str | Path, run_id: str | None, *, overwrite: bool, resume: bool) -> str | None:
+    """Why ``run_id`` may not write into ``folder`` (None when it may). Read-only: validate calls it too."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return f"output_dir {folder} is a file, not a folder. Choose a folder path."
+    entries = foreign_entries(folder)
+    if not entries:
+        return None
+    owner = marker_run(folder)
+    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    if owner is None:
+        return (f"output_dir {folder} holds files lf-assistant did not write ({shown}). It never writes into "
+                "or clears such a folder: choose an empty or new output_dir.")
+    if owner == run_id or resume or overwrite:
+        return None
+    return (f"output_dir {folder} holds the results of run {owner}. Set overwrite_output_dir: true to replace "
+            "them, resume_from_checkpoint: auto to continue from its newest checkpoint, or choose another "
+            "output_dir.")
+
+
+def claim_output_dir(folder: str | Path, run_id: str, *, overwrite: bool, resume: bool) -> None:
+    """Make ``folder`` this run's output folder (the caller holds its lock). ``overwrite`` clears an earlier
+    run's results, only ever in a folder that is ours."""
+    folder = Path(folder)
+    problem = output_dir_problem(folder, run_id, overwrite=overwrite, resume=resume)
+    if problem:
+        raise EngineError(problem)
+    owner = marker_run(folder)
+    if overwrite and not resume and owner not in (None, run_id):
+        for name in foreign_entries(folder):
+            path = folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    write_text_atomic(folder / OUTPUT_MARKER, json.dumps({"run_id": run_id, "claimed_at": time.time()}))

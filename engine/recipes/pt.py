@@ -1,0 +1,81 @@
+"""Continued pre-training on raw text: every token is trained.
+
+    python -m engine.recipes.pt lf_runs/<run_id>/pt.yaml [--run-dir DIR]
+
+Each text (a dataset's ``text`` / ``prompt`` column; .txt files give one text per line) ends with the EOS token.
+As in LLaMA-Factory, packing is on unless ``packing: false``: the texts are concatenated and cut into rows of
+exactly ``cutoff_len`` tokens (the short remainder is dropped), so attention spans document boundaries the way
+pre-training does. With ``packing: false`` each text is one row, cut at ``cutoff_len``.
+"""
+
+from __future__ import annotations
+
+import sys
+from itertools import chain
+
+from engine.errors import DataError
+from engine.training.loop import split_validation
+from engine.training.loss import causal_lm_loss_sum, trained_tokens
+from engine.training.session import Session
+from engine.training.task import LossOut, Task
+
+
+def setup(session: Session) -> Task:
+    from engine.data import SFTCollator
+
+    config, logger = session.config, session.logger
+
+    # 1. Data: raw text, tokenized and cut into rows; labels are the inputs themselves.
+    texts = session.load_texts(config.dataset)
+    rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing is not False,
+                     eos=eos_text(session))
+    if not rows:
+        total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
+        raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} tokens "
+                        "in all): lower cutoff_len, add text, or set packing: false.")
+    samples = [{"input_ids": ids, "labels": list(ids)} for ids in rows]
+    train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
+    if config.eval_dataset:
+        eval_rows = text_rows(session.load_texts(config.eval_dataset), session.tokenizer, config.cutoff_len,
+                              packing=config.packing is not False, eos=eos_text(session))
+        eval_samples = [{"input_ids": ids, "labels": list(ids)} for ids in eval_rows]
+    logger.info(f"data: {len(texts)} texts -> {len(samples)} rows of up to {config.cutoff_len} tokens -> "
+                f"{len(train_samples)} train / {len(eval_samples)} eval")
+
+    # 2. The model; 3. the loss: summed next-token cross-entropy, units are trained tokens.
+    model = session.load_policy()
+    fused = session.fused_linear_ce if session.strategy.world_size == 1 else False
+
+    def loss(train_model, batch: dict, _context) -> LossOut:
+        return LossOut(causal_lm_loss_sum(train_model, batch, fused_linear_ce=fused)[0])
+
+    return Task(model=model, train_samples=train_samples, eval_samples=eval_samples,
+                collate=SFTCollator(pad_token_id=session.tokenizer.pad_token_id), loss=loss, units=trained_tokens)
+
+
+def eos_text(session: Session) -> str:
+    """What ends each text: LLaMA-Factory uses Llama 3's <|end_of_text|> for the llama3 template, else the EOS."""
+    if session.template.name == "llama3" and "<|end_of_text|>" in session.tokenizer.get_vocab():
+        return "<|end_of_text|>"
+    return session.tokenizer.eos_token or ""
+
+
+def text_rows(texts: list[str], tokenizer, cutoff_len: int, *, packing: bool, eos: str) -> list[list[int]]:
+    """Token rows: concatenated and cut into full ``cutoff_len`` blocks (packing), or one row per text."""
+    add_bos = bool(getattr(tokenizer, "add_bos_token", False)) and tokenizer.bos_token_id is not None
+    encoded = [tokenizer(text + eos, add_special_tokens=False)["input_ids"] for text in texts]
+    if not packing:
+        prefix = [tokenizer.bos_token_id] if add_bos else []
+        return [(prefix + ids)[:cutoff_len] for ids in encoded if ids]
+    stream = list(chain.from_iterable(encoded))
+    rows = [stream[i:i + cutoff_len] for i in range(0, len(stream) - cutoff_len + 1, cutoff_len)]
+    if add_bos:
+        for row in rows:
+            row[0] = tokenizer.bos_token_id
+    return rows
+
+
+if __name__ == "__main__":
+    from engine.recipes.entry import main
+
+    sys.exit(main("pt"))

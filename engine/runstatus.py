@@ -1,0 +1,232 @@
+"""The typed run status: ``status.json``'s one schema, its one reader, and how liveness is judged.
+
+Only two parties write ``status.json``: the launcher (``engine.api``: pending, the process it started) and the
+training process (running, progress, the end). Everyone else reads it through :func:`read_status`, which works
+out liveness in memory: a status that says "running" whose process is provably gone is *reported* as failed, and
+nothing is written back. A process is identified by pid, start time and host together, so a reused pid is never
+taken for the trainer, and nothing is ever signalled on the strength of a pid alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class RunState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.STOPPED})
+LIVE_STATES = frozenset({RunState.PENDING, RunState.RUNNING})
+
+DEAD_PROCESS_REASON = ("the training process exited without recording an end (killed, out of memory, or the "
+                       "machine restarted)")
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), or None when there is no such process."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """Which process runs a training: pid, its start time and the host. A pid alone can be reused."""
+
+    pid: int
+    start_time: float
+    host: str
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity | None:
+        started = process_start_time(pid) if isinstance(pid, int) and pid > 1 else None
+        return None if started is None else cls(pid=pid, start_time=started, host=socket.gethostname())
+
+    @classmethod
+    def current(cls) -> ProcessIdentity:
+        identity = cls.of(os.getpid())
+        assert identity is not None
+        return identity
+
+    @property
+    def on_this_host(self) -> bool:
+        return self.host == socket.gethostname()
+
+    def alive(self) -> bool | None:
+        """True when this exact process still runs, False when it provably does not, None when it runs on another
+        host (it cannot be checked from here)."""
+        if not self.on_this_host:
+            return None
+        if not isinstance(self.pid, int) or self.pid <= 1:
+            return False
+        import psutil
+
+        try:
+            process = psutil.Process(self.pid)
+            if abs(process.create_time() - self.start_time) > 0.05:
+                return False  # the pid was reused by another process
+            return process.status() != psutil.STATUS_ZOMBIE
+        except (psutil.Error, ValueError, OverflowError):
+            return False
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProcessIdentity | None:
+        if not isinstance(data, dict):
+            return None
+        try:
+            pid, start, host = data["pid"], float(data["start_time"]), str(data["host"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(pid, int) or isinstance(pid, bool) or not math.isfinite(start):
+            return None
+        return cls(pid=pid, start_time=start, host=host)
+
+
+@dataclass
+class RunStatus:
+    """Everything ``status.json`` holds. Unknown fields in a file are ignored; missing ones take these defaults."""
+
+    state: RunState = RunState.PENDING
+    run_id: str | None = None
+    stage: str = "sft"
+    model: str | None = None
+    method: str | None = None
+    output_dir: str | None = None
+    process: ProcessIdentity | None = None
+    """The process to watch: the detached trainer, or torchrun for several processes."""
+    command: list[str] | None = None
+    created_at: float | None = None
+    started_at: float | None = None
+    resumed_at: float | None = None
+    finished_at: float | None = None
+    updated_at: float | None = None
+    step: int = 0
+    total_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    elapsed_s: float | None = None
+    eta_s: float | None = None
+    exit_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+    last_checkpoint: str | None = None
+    loss_plot: str | None = None
+    template: str | None = None
+    base_model: str | None = None
+    device: str | None = None
+    parallel: str | None = None
+    world_size: int | None = None
+    final_loss: float | None = None
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    """A stage's own closing figures (DPO: rewards/accuracies, rewards/margins; RM: accuracy)."""
+    runtime_s: float | None = None
+    train_runtime_s: float | None = None
+    num_input_tokens_seen: int | None = None
+    num_trained_tokens: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["state"] = str(self.state)
+        return strict_json(data)
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunStatus:
+        """A status from a parsed file: wrongly typed fields fall back to their defaults rather than crash readers."""
+        if not isinstance(data, dict):
+            return cls()
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if f.name == "state":
+                try:
+                    values["state"] = RunState(value)
+                except ValueError:
+                    continue
+            elif f.name == "process":
+                values["process"] = ProcessIdentity.from_json(value)
+            elif _fits(value, f.type):
+                values[f.name] = value
+        return cls(**values)
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field's annotation (the annotations are strings under postponed evaluation)."""
+    if value is None:
+        return "None" in annotation
+    if "list" in annotation:
+        return isinstance(value, list)
+    if "dict" in annotation:
+        return isinstance(value, dict)
+    if isinstance(value, bool):
+        return False
+    if annotation.startswith("int"):
+        return isinstance(value, int)
+    if annotation.startswith("float"):
+        return isinstance(value, (int, float))
+    if annotation.startswith("str"):
+        return isinstance(value, str)
+    return True
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, so the file stays strict JSON (no NaN/Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def liveness_view(status: RunStatus) -> RunStatus:
+    """The status as a reader should see it: a live state whose process is provably gone reads as failed."""
+    if status.state not in LIVE_STATES or status.process is None:
+        return status
+    if status.process.alive() is False:
+        return dataclasses.replace(status, state=RunState.FAILED, exit_reason=DEAD_PROCESS_REASON,
+                                   finished_at=status.finished_at or status.updated_at)
+    return status
+
+
+def load_status_file(path: Path) -> RunStatus:
+    """The status exactly as written (no liveness judgement); an unreadable file gives a default status."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return RunStatus()
+    return RunStatus.from_json(data)
+
+
+def read_status(run_dir: str | Path) -> RunStatus:
+    """The one reader of a run's status for the TUI, the CLI and the API. Never writes."""
+    return liveness_view(load_status_file(Path(run_dir) / "status.json"))

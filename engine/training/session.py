@@ -1,0 +1,145 @@
+"""What a recipe works with while it declares its task: the config, the tokenizer and template, the device, and
+the model loaders every stage shares (the policy with its method applied, a frozen reference copy)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.config import TrainConfig
+from engine.errors import ConfigError
+from engine.methods import Method, count_parameters, get_method
+from engine.rundir import RunDir
+from engine.training.loop import RunLogger
+from engine.training.setup import Precision, choose_precision, resolve_model_path, resolve_template, seed_everything
+
+
+@dataclass
+class Session:
+    config: TrainConfig
+    run: RunDir
+    strategy: Any
+    logger: RunLogger
+    precision: Precision
+    model_path: str
+    tokenizer: Any
+    template: Any
+    method: Method
+    kernel_plan: Any = None
+
+    @classmethod
+    def open(cls, config: TrainConfig, run: RunDir, strategy, logger: RunLogger) -> Session:
+        """Seed, device and precision, tokenizer and chat template: the same for every stage."""
+        from engine.models.loading import load_tokenizer
+
+        seed_everything(config.seed)
+        model_path = resolve_model_path(config)
+        precision = choose_precision(config)
+        if precision.note:
+            logger.note(precision.note)
+        tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code)
+        template = resolve_template(config, model_path, tokenizer)
+        logger.info(f"stage {config.stage} | model {model_path} | template {template.name} | method {config.method} "
+                    f"| device {precision.device} | precision {precision.autocast_dtype or torch.float32}")
+        return cls(config, run, strategy, logger, precision, model_path, tokenizer, template,
+                   get_method(config.method))
+
+    @property
+    def device(self) -> torch.device:
+        return self.precision.device
+
+    def dataset_dir(self) -> Path:
+        from engine.data import find_dataset_dir
+
+        config_dir = Path(self.config.config_dir) if self.config.config_dir else None
+        return find_dataset_dir(self.config.dataset_dir, config_dir=config_dir)
+
+    def load_examples(self, names: str, **kwargs) -> list[dict]:
+        from engine.data import load_examples
+
+        return load_examples(names, self.dataset_dir(), max_samples=self.config.max_samples, **kwargs)
+
+    def load_texts(self, names: str) -> list[str]:
+        from engine.data import load_texts
+
+        return load_texts(names, self.dataset_dir(), max_samples=self.config.max_samples)
+
+    def preference_pairs(self, names: str) -> list[dict]:
+        """Encoded pairs with a trained token on both answers; dropped and identical pairs are reported."""
+        from engine.data import encode_preference
+        from engine.training.preference import has_trained_tokens
+
+        config, logger = self.config, self.logger
+        encoded = encode_preference(self.load_examples(names, ranking=True), self.tokenizer, self.template,
+                                    config.cutoff_len)
+        if encoded.dropped:
+            logger.note(f"{len(encoded.dropped)} pair(s) dropped: no answer token fits in cutoff_len "
+                        f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
+        if encoded.truncated:
+            logger.info(f"{encoded.truncated} pair(s) cut to cutoff_len {config.cutoff_len}")
+        # Identical answers give a zero gradient and a reward margin stuck at 0: say so rather than train on them.
+        same = [pair for pair in encoded if pair["chosen_input_ids"] == pair["rejected_input_ids"]]
+        if same:
+            logger.note(f"{len(same)} pair(s) have the same chosen and rejected answer (after cutoff_len) and "
+                        "teach nothing; fix those rows or raise cutoff_len.")
+        return [pair for pair in encoded if has_trained_tokens(pair)]
+
+    def load_base(self, *, require_logits: bool = False, head: str = "causal_lm") -> torch.nn.Module:
+        """The base model on the device, with the configured kernels patched in (no method applied yet).
+        ``head="score"`` loads it with a fresh one-output score head instead of the LM head (a reward model)."""
+        from engine.models.loading import load_model
+
+        config = self.config
+        model = load_model(self.model_path, dtype="float32" if self.precision.autocast_dtype is None else "auto",
+                           device=str(self.device), trust_remote_code=config.trust_remote_code,
+                           quantization_bit=config.quantization_bit, head=head)
+        if config.kernel_config not in (None, "none"):
+            from engine.kernels.patch import apply_kernels
+
+            plan = apply_kernels(model, config.kernel_config, device=self.device.type, require_logits=require_logits)
+            self.kernel_plan = plan
+            self.logger.info(f"kernels: {', '.join(plan.applied) or 'none'}" + "".join(f"; {n}" for n in plan.notes))
+        return model
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Apply the fine-tuning method, gradient checkpointing and training mode; log what trains."""
+        model = self.method.prepare(model, self.config).to(self.device)
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()
+        model.train()
+        trainable, total = count_parameters(model)
+        if trainable == 0:
+            raise ConfigError("Nothing would train: the method left no parameter trainable. Check lora_target, "
+                              "freeze_trainable_layers / freeze_trainable_modules.")
+        self.logger.info(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)")
+        return model
+
+    def load_policy(self, *, require_logits: bool = False) -> torch.nn.Module:
+        return self.prepare(self.load_base(require_logits=require_logits))
+
+    @property
+    def fused_linear_ce(self):
+        """The kernel plan when it fuses the LM head with the loss (SFT and pre-training use it), else False."""
+        plan = self.kernel_plan
+        return plan if plan is not None and plan.fused_linear_ce else False
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy that never trains: eval mode, no gradients (a reference model for full and freeze tuning)."""
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Dropout off, as the peers do for preference training: policy and reference must score alike at step 0."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0

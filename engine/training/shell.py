@@ -1,0 +1,333 @@
+"""The training shell every stage runs in, read top to bottom.
+
+    status = shell.train(config, run, recipe.setup)
+
+A recipe's ``setup(session) -> Task`` declares its data, its model(s) and its loss per micro-batch. Everything
+else is here, once: the strategy (single, DDP, FSDP2, DeepSpeed, Ulysses SP), step planning after the data is
+sharded across ranks, the optimizer step (accumulation, unit-normalised loss, clipping, loss scaling), divergence,
+checkpoints and resume through the strategy, stop agreement across ranks, logging and the final save.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.config import TrainConfig, validate
+from engine.errors import ConfigError, EngineError
+from engine.parallel import setup_strategy
+from engine.runstatus import RunState, RunStatus
+from engine.rundir import RunDir
+from engine.training import checkpoint as ckpt
+from engine.training.batching import PaddedBatcher, build_batcher
+from engine.training.loop import RunLogger, StopFlag
+from engine.training.loss import trained_tokens
+from engine.training.optim import build_optimizer
+from engine.training.schedule import build_scheduler, warmup_steps_for
+from engine.training.session import Session
+from engine.training.setup import write_run_outputs
+from engine.training.task import StepContext, Task
+
+
+class Diverged(EngineError):
+    """The loss or the gradient norm stopped being a finite number."""
+
+
+def train(config: TrainConfig, run: RunDir, setup, *, on_log=None, stop: StopFlag | None = None) -> RunStatus:
+    """Train the task ``setup`` declares, recording everything in ``run``. Returns the final status (the main
+    rank's; other ranks return what they know)."""
+    stop = stop or StopFlag()
+    problems = validate(config)
+    if problems:
+        raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
+    strategy = setup_strategy(config)
+    try:
+        return _train(config, run, setup, strategy, RunLogger(run, on_log, enabled=strategy.is_main), stop)
+    finally:
+        strategy.close()
+
+
+def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger, stop: StopFlag) -> RunStatus:
+    # 1. The stage's data, model(s) and loss; resumed weights go in before wrapping (FSDP2 shards them).
+    session = Session.open(config, run, strategy, logger)
+    task = setup(session)
+    output_dir = Path(config.output_dir)
+    if strategy.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.sweep_partial(output_dir)
+    save = task.save or (lambda folder: session.method.save(task.model, folder))
+    resume_from = ckpt.resolve_resume(config.resume_from_checkpoint, output_dir)
+    if resume_from:
+        (task.load or (lambda folder: session.method.load_for_resume(task.model, folder)))(resume_from)
+    train_model = strategy.wrap(task.model, config)
+    for frozen in task.frozen:
+        strategy.wrap_frozen(frozen)
+
+    # 2. Steps planned on this rank's share of the data; optimizer and schedule over them.
+    plan = StepPlan.build(config, task, strategy)
+    params = [p for p in task.model.parameters() if p.requires_grad]
+    optimizer = strategy.wrap_optimizer(build_optimizer(config, params))
+    scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
+                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio))
+    scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
+    stepper = Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
+
+    # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
+    position = Position()
+    if resume_from:
+        state = ckpt.load_training_state(resume_from, strategy.checkpoint_optimizer(optimizer), scheduler)
+        position = Position(state["step"], state["epoch"], state["group"])
+        logger.event("resumed", checkpoint=str(resume_from), step=position.step)
+        logger.info(f"resumed from {resume_from} at step {position.step}")
+    elif config.resume_from_checkpoint:
+        logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
+    logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps,
+                  output_dir=str(output_dir), template=session.template.name, base_model=session.model_path,
+                  device=str(session.device), parallel=strategy.name, world_size=strategy.world_size)
+
+    def checkpoint(step: int, epoch: int, group: int) -> None:
+        trainer_state = {"step": step, "epoch": epoch, "group": group, "total_steps": plan.total_steps,
+                         "run_id": run.run_id}
+        folder = strategy.save_checkpoint(
+            lambda save_fn, optimizer_state: ckpt.save_checkpoint(
+                output_dir, step, save_model=save_fn, optimizer=optimizer_state, scheduler=scheduler,
+                trainer_state=trainer_state, save_only_model=config.save_only_model,
+                total_limit=config.save_total_limit),
+            save, optimizer)
+        logger.event("checkpoint_saved", step=step, path=str(folder))
+        logger.status(last_checkpoint=str(folder))
+
+    # 4. The loop: one optimizer step per group of micro-batches.
+    eval_every = config.eval_steps or config.logging_steps * 10
+    logger.start_timer(position.step, plan.total_steps)
+    step, epoch, start_group = position.step, position.epoch, position.group
+    while step < plan.total_steps and not stop.requested:
+        groups = plan.groups(epoch)
+        for group_index in range(start_group, len(groups)):
+            result = stepper.step(groups[group_index])
+            step += 1
+            epoch_float = epoch + (group_index + 1) / len(groups)
+            epoch_end = group_index == len(groups) - 1
+            logger.step(step, result.loss, result.grad_norm, scheduler.get_last_lr()[0], result.input_tokens,
+                        result.trained_tokens, epoch_float, extra=result.metrics,
+                        log_now=step % config.logging_steps == 0 or step == plan.total_steps or result.diverged)
+            if result.diverged:
+                raise Diverged(diverged_message(step, result, output_dir))
+            if strategy.any_rank(stop.requested or (strategy.is_main and bool(run.stop_requested()))):
+                stop.request(stop.reason or run.stop_requested() or "stopped on another rank")
+            last = step >= plan.total_steps
+            if task.eval_samples and due(config.eval_strategy, step, eval_every, epoch_end, last):
+                loss, metrics = stepper.evaluate()
+                logger.eval(step, loss, epoch_float, metrics)
+            if config.save_strategy != "no" and (due(config.save_strategy, step, config.save_steps, epoch_end,
+                                                     False) or stop.requested):
+                checkpoint(step, epoch, group_index + 1)
+            if last or stop.requested:
+                break
+        else:
+            epoch, start_group = epoch + 1, 0
+
+    train_runtime = logger.elapsed()
+    if stop.requested:
+        logger.event("stopped", step=step)
+        if strategy.is_main:
+            run.clear_stop_request()
+        return finish(run, logger, RunState.STOPPED, step, f"stopped by request ({stop.reason}) at step {step}")
+
+    # 5. The result: the trained weights, the tokenizer with its template, what produced them, the loss plot.
+    try:
+        strategy.save_model(save, output_dir)
+    except OSError as exc:
+        raise EngineError(f"Training finished but the result could not be written to {output_dir}: "
+                          f"{exc.strerror or exc}. The newest complete checkpoint there is intact; free space or "
+                          "fix permissions, then `lf-assistant resume-train`.") from None
+    if not strategy.is_main:
+        return RunStatus(state=RunState.COMPLETED, step=step)
+    metrics = write_run_outputs(output_dir, tokenizer=session.tokenizer, template=session.template, config=config,
+                                model_path=session.model_path, run=run, stage=config.stage)
+    final = _final_metrics(metrics, task)
+    if task.closing:
+        final.update(task.closing(output_dir))
+    losses = [m["loss"] for m in metrics if m.get("loss") is not None]
+    logger.event("completed", step=step, output_dir=str(output_dir))
+    figures = "".join(f", {key} {value:.4f}" for key, value in final.items())
+    logger.info(f"done: {step} steps, final loss {losses[-1] if losses else float('nan'):.4f}{figures}, "
+                f"output in {output_dir}")
+    return finish(run, logger, RunState.COMPLETED, step, "completed", final_loss=losses[-1] if losses else None,
+                  final_metrics=final, train_runtime_s=train_runtime)
+
+
+def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: str, **fields) -> RunStatus:
+    if not logger.enabled:
+        return RunStatus(state=state, step=step, exit_reason=reason)
+    return run.update_status(state=state, step=step, finished_at=time.time(), exit_reason=reason,
+                             runtime_s=logger.elapsed(), num_input_tokens_seen=logger.input_tokens_seen,
+                             num_trained_tokens=logger.trained_tokens_seen, **fields)
+
+
+def due(strategy: str, step: int, every: int, epoch_end: bool, last: bool) -> bool:
+    """Whether an eval or a checkpoint is due now under ``strategy`` (steps | epoch | no)."""
+    if strategy == "no":
+        return False
+    if strategy == "epoch":
+        return epoch_end or last
+    return step % every == 0 or last
+
+
+def diverged_message(step: int, result: StepResult, output_dir: Path) -> str:
+    kept = ckpt.find_complete_checkpoints(output_dir)
+    last = f"the newest complete checkpoint is {kept[-1].name}" if kept else "no checkpoint was saved before it"
+    return (f"Training diverged at step {step}: loss {result.loss}, gradient norm {result.grad_norm}. The weights "
+            f"were not updated with that step and no result was saved ({last}). Lower learning_rate, check "
+            "max_grad_norm, or look for broken rows in the data.")
+
+
+def _final_metrics(metrics: list[dict], task: Task) -> dict[str, float]:
+    final: dict[str, float] = {}
+    for name in task.summary_metrics:
+        value = next((m[name] for m in reversed(metrics) if m.get(name) is not None), None)
+        if value is not None:
+            final[name] = value
+    return final
+
+
+@dataclass
+class Position:
+    step: int = 0
+    epoch: int = 0
+    group: int = 0
+
+
+@dataclass
+class StepPlan:
+    """How the epochs become this rank's optimizer steps."""
+
+    batcher: object
+    strategy: object
+    total_steps: int
+
+    @classmethod
+    def build(cls, config: TrainConfig, task: Task, strategy) -> StepPlan:
+        if task.batching == "padded":
+            batcher = PaddedBatcher(task.train_samples, task.collate, config.per_device_train_batch_size,
+                                    config.gradient_accumulation_steps, config.seed)
+        else:
+            batcher = build_batcher(config, task.train_samples, task.collate)
+        per_epoch = len(strategy.shard_groups(batcher.groups(0)))  # this rank's steps: the global batch is split
+        if per_epoch == 0:
+            raise EngineError("No training step can be formed from the data: it has no sample left after encoding.")
+        total = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * per_epoch)
+        return cls(batcher, strategy, max(total, 1))
+
+    def groups(self, epoch: int) -> list:
+        return self.strategy.shard_groups(self.batcher.groups(epoch))
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    input_tokens: int
+    trained_tokens: int
+    metrics: dict[str, float]
+    diverged: bool
+
+
+class Stepper:
+    """One optimizer step and the evaluation, for whichever task and strategy."""
+
+    def __init__(self, config, task: Task, plan: StepPlan, session: Session, train_model, optimizer, scheduler,
+                 scaler, params) -> None:
+        strategy = plan.strategy
+        self.config, self.task, self.plan, self.strategy, self.session = config, task, plan, strategy, session
+        self.train_model, self.optimizer, self.scheduler, self.scaler = train_model, optimizer, scheduler, scaler
+        self.params = params
+        self.context = StepContext(sequence_sum=strategy.sequence_sum, sequence_parallel=strategy.sp_size > 1,
+                                   replica_mean=lambda value: strategy.sum_across_ranks(value) / strategy.world_size)
+        # Per-example units are replicated on every rank of a sequence-parallel group: count them once.
+        self.counts = not task.per_example or strategy.sp_rank == 0
+
+    def prepare(self, batch: dict) -> dict:
+        """A collated micro-batch on the device, as this rank computes it (SP: its slice of the sequence)."""
+        batch = {k: v.to(self.session.device, non_blocking=True) for k, v in batch.items()}
+        return self.strategy.prepare_batch(batch)
+
+    def units(self, batch: dict) -> int:
+        return self.task.units(batch) if self.counts else 0
+
+    def step(self, micro_ids: list[list[int]]) -> StepResult:
+        strategy, autocast = self.strategy, self.session.precision
+        batches = [self.prepare(self.plan.batcher.collate(ids)) for ids in micro_ids]
+        denominator = strategy.loss_denominator(sum(self.units(b) for b in batches))
+        loss_seen, metrics = 0.0, {}
+        for batch in batches:
+            with autocast_context(autocast):
+                out = self.task.loss(self.train_model, batch, self.context)
+                loss = out.loss / denominator
+            strategy.backward(self.scaler.scale(loss) if self.scaler else loss)
+            if self.counts:
+                loss_seen += float(out.loss.detach())
+                for key, value in out.metrics.items():
+                    metrics[key] = metrics.get(key, 0.0) + value
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = float(strategy.clip_grad_norm(self.params, self.config.max_grad_norm))
+        step_loss = strategy.sum_across_ranks(loss_seen) / denominator
+        diverged = not math.isfinite(step_loss) or (
+            self.scaler is None and getattr(strategy, "grad_norm_before_step", True) and not math.isfinite(grad_norm))
+        diverged = strategy.any_rank(diverged)
+        if diverged:
+            self.optimizer.zero_grad(set_to_none=True)  # never let a non-finite gradient into the weights
+        elif self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        if not diverged:
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        metrics = self.means({key: strategy.sum_across_ranks(value) for key, value in sorted(metrics.items())},
+                             denominator)
+        inputs = int(strategy.sum_across_ranks(sum(input_token_count(b) for b in batches)))
+        trained = int(strategy.sum_across_ranks(sum(trained_tokens(b) for b in batches)))
+        return StepResult(step_loss, grad_norm, inputs, trained, metrics, diverged)
+
+    def evaluate(self) -> tuple[float, dict[str, float]]:
+        """The eval loss (per unit) and metrics. Every rank scores every eval sample: FSDP2 needs every rank in
+        every forward, and sequence parallelism splits each one; the sums are normalised alike."""
+        model, task, size = self.task.model, self.task, self.config.per_device_eval_batch_size
+        model.eval()
+        loss_sum, units, metrics = 0.0, 0, {}
+        with torch.no_grad(), autocast_context(self.session.precision):
+            for start in range(0, len(task.eval_samples), size):
+                batch = self.prepare(task.collate(task.eval_samples[start:start + size]))
+                out = task.loss(self.train_model, batch, self.context)
+                if self.counts:
+                    loss_sum, units = loss_sum + float(out.loss), units + task.units(batch)
+                    for key, value in out.metrics.items():
+                        metrics[key] = metrics.get(key, 0.0) + value
+        model.train()
+        total = max(self.strategy.sum_across_ranks(units), 1)
+        sums = {key: self.strategy.sum_across_ranks(value) for key, value in sorted(metrics.items())}
+        return self.strategy.sum_across_ranks(loss_sum) / total, self.means(sums, total)
+
+    def means(self, sums: dict[str, float], units: float) -> dict[str, float]:
+        if self.task.metric_means:
+            return self.task.metric_means(sums, units)
+        return {key: value / units for key, value in sums.items()}
+
+
+def autocast_context(precision):
+    if precision.autocast_dtype is None:
+        return torch.autocast("cpu", enabled=False)
+    return torch.autocast(precision.device.type, dtype=precision.autocast_dtype)
+
+
+def input_token_count(batch: dict) -> int:
+    """Real (non-padding) input tokens; packed rows carry no attention mask and no padding."""
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())

@@ -1,0 +1,204 @@
+"""Nothing lost, nothing run: one live writer per folder, verified processes, safe checkpoints, loud divergence."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import engine
+from engine.errors import EngineError
+from engine.ownership import FolderInUse, acquire, is_held
+from engine.rundir import RunDir, find_complete_checkpoints
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def config(model_dir, out: Path, **over):
+    values = {"model_name_or_path": str(model_dir), "dataset": "identity", "dataset_dir": str(REPO / "data"),
+              "template": "qwen", "cutoff_len": 64, "max_samples": 16, "per_device_train_batch_size": 2,
+              "learning_rate": 5e-3, "max_steps": 4, "logging_steps": 1, "save_steps": 2, "plot_loss": False,
+              "output_dir": str(out)}
+    values.update(over)
+    return engine.load_config(values)
+
+
+def wait_for(predicate, timeout=120.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_lock_names_its_live_owner_and_dies_with_it(tmp_path):
+    lock = acquire(tmp_path / "f", run_id="first", what="output_dir")
+    with pytest.raises(FolderInUse, match="run first"):
+        acquire(tmp_path / "f", run_id="second", what="output_dir")
+    assert is_held(tmp_path / "f")
+    lock.release()
+    assert not is_held(tmp_path / "f")
+    acquire(tmp_path / "f", run_id="second", what="output_dir").release()
+    # A holder that dies (kill -9) never leaves a stale lock: the kernel drops it.
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from engine.ownership import acquire; "
+            "acquire(sys.argv[2], run_id='doomed', what='output_dir'); print('held', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(REPO), str(tmp_path / "g")], stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline().strip() == "held" and is_held(tmp_path / "g")
+    child.kill()
+    child.wait()
+    assert not is_held(tmp_path / "g")
+
+
+def test_two_trainings_never_share_an_output_dir(demo_model_dir, tmp_path):
+    out = tmp_path / "out"
+    first = engine.train(config(demo_model_dir, out, max_steps=400, save_steps=1000), detach=True,
+                         runs_dir=tmp_path / "runs", run_id="first")
+    try:
+        assert wait_for(lambda: first.status().state == "running")
+        for overwrite in (False, True):
+            with pytest.raises(FolderInUse, match="first"):
+                engine.train(config(demo_model_dir, out, overwrite_output_dir=overwrite), runs_dir=tmp_path / "runs")
+        # A second resume of the live run is refused too, and its status is left alone.
+        with pytest.raises(FolderInUse):
+            engine.resume("first", runs_dir=tmp_path / "runs")
+        assert first.status().state == "running"
+    finally:
+        engine.stop("first", runs_dir=tmp_path / "runs")
+    assert first.wait(timeout=120).state == "stopped"
+    first.process.wait(timeout=60)  # the locks go with the process, a moment after its last status write
+    # Once it has ended, overwrite_output_dir replaces its results (the folder is ours) ...
+    second = engine.train(config(demo_model_dir, out, overwrite_output_dir=True), runs_dir=tmp_path / "runs")
+    assert second.status().state == "completed"
+    assert [p.name for p in find_complete_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    # ... and the first run can no longer resume from checkpoints another run wrote.
+    with pytest.raises(EngineError, match="now holds the results of run"):
+        engine.resume("first", runs_dir=tmp_path / "runs")
+
+
+def test_folders_that_are_not_ours_are_never_written_or_cleared(demo_model_dir, tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("keep me")
+    for overwrite in (False, True):
+        problems = engine.validate(config(demo_model_dir, user, overwrite_output_dir=overwrite))
+        assert any("did not write" in p for p in problems), problems
+    assert (user / "notes.txt").read_text() == "keep me"
+    # The model folder itself as output_dir (full fine-tuning would overwrite the base weights).
+    before = (demo_model_dir / "model.safetensors").stat().st_mtime_ns
+    problems = engine.validate(config(demo_model_dir, demo_model_dir, finetuning_type="full",
+                                      overwrite_output_dir=True))
+    assert problems and (demo_model_dir / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_run_ids_are_names_not_paths(demo_model_dir, tmp_path):
+    for bad in ("../../x", "", "a/b", ".hidden", "x" * 101, "$(touch y)"):
+        with pytest.raises(EngineError, match="not a plain name"):
+            engine.train(config(demo_model_dir, tmp_path / "o"), runs_dir=tmp_path / "runs", run_id=bad)
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob("**/y"))
+
+
+def test_problems_with_the_output_folder_are_found_before_the_model_loads(demo_model_dir, tmp_path, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(EngineError, match="is a file"):
+        engine.train(config(demo_model_dir, afile), runs_dir=tmp_path / "runs")
+    with pytest.raises(EngineError, match="Cannot write"):
+        engine.train(config(demo_model_dir, afile / "sub"), runs_dir=tmp_path / "runs")
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(EngineError, match="free, but the result and one checkpoint need"):
+        engine.train(config(demo_model_dir, tmp_path / "full", finetuning_type="full"), runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no half-made run left
+
+
+def test_a_failed_checkpoint_write_keeps_the_last_complete_one(demo_model_dir, tmp_path, monkeypatch):
+    import torch
+
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def failing_save(obj, path, *args, **kwargs):
+        if "checkpoint-4" in str(path):
+            raise OSError(28, "No space left on device")
+        calls["n"] += 1
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    out = tmp_path / "out"
+    with pytest.raises(EngineError, match="No space left"):
+        engine.train(config(demo_model_dir, out, max_steps=6), runs_dir=tmp_path / "runs", run_id="full-disk")
+    status = RunDir(tmp_path / "runs" / "full-disk").read_status()
+    assert status.state == "failed" and "checkpoint-2" in status.exit_reason
+    assert [p.name for p in find_complete_checkpoints(out)] == ["checkpoint-2"]
+    assert not list(out.glob(".checkpoint-*")) and calls["n"] == 3
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {Path(os.environ['LFA_TEST_MARKER'])}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(demo_model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    first = engine.train(config(demo_model_dir, out), runs_dir=tmp_path / "runs", run_id="victim")
+    assert first.status().state == "completed"
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("LFA_TEST_MARKER", str(marker))
+    with open(out / "checkpoint-4" / "optimizer.pt", "wb") as handle:
+        pickle.dump(_Payload(), handle)
+    with pytest.raises(EngineError, match="optimizer.pt holds objects"):
+        engine.train(config(demo_model_dir, out, max_steps=6, resume_from_checkpoint="auto"),
+                     runs_dir=tmp_path / "runs")
+    assert not marker.exists()
+
+
+def test_a_diverging_run_fails_loudly_and_saves_nothing(demo_model_dir, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(EngineError, match="diverged at step"):
+        engine.train(config(demo_model_dir, out, learning_rate=1e30, max_steps=8, save_steps=1),
+                     runs_dir=tmp_path / "runs", run_id="boom")
+    run = RunDir(tmp_path / "runs" / "boom")
+    status = run.read_status()
+    assert status.state == "failed" and "diverged at step" in status.exit_reason
+    assert not (out / "adapter_model.safetensors").exists()  # no non-finite result
+    for line in run.metrics_path.read_text().splitlines():
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+    import torch
+    from safetensors.torch import load_file
+
+    for checkpoint in find_complete_checkpoints(out):
+        assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "adapter_model.safetensors").values())
+
+
+def test_stop_asks_through_the_run_folder_and_never_signals_a_stranger(demo_model_dir, tmp_path):
+    handle = engine.train(config(demo_model_dir, tmp_path / "out", max_steps=400, save_steps=1000), detach=True,
+                          runs_dir=tmp_path / "runs", run_id="long")
+    assert wait_for(lambda: handle.status().state == "running" and handle.status().step >= 1)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # Forge the status so it names the stranger's pid with another start time (a reused pid).
+        from engine.runstatus import ProcessIdentity
+
+        real = handle.status().process
+        forged = ProcessIdentity(pid=stranger.pid, start_time=real.start_time, host=real.host)
+        handle.run.update_status(process=forged)
+        assert handle.status().state == "failed"  # the recorded process is gone as far as readers can tell
+        with pytest.raises(EngineError, match="not running"):
+            engine.stop("long", runs_dir=tmp_path / "runs", force=True)
+        assert stranger.poll() is None
+        handle.run.update_status(process=real)
+        engine.stop("long", runs_dir=tmp_path / "runs")
+        status = handle.wait(timeout=120)
+        assert status.state == "stopped" and status.last_checkpoint
+        assert not handle.run.stop_request_path.exists()
+    finally:
+        stranger.kill()
