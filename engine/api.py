@@ -12,10 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import TrainConfig, config_to_dict, dump_yaml, parse_overrides, read_yaml
+from engine.config import TrainConfig, config_to_dict, dump_yaml, load, read_yaml
 from engine.config import validate as _validate
-from engine.config.loader import build_dataclass
-from engine.config.train import ACCEPTED_FOREIGN_KEYS, KEY_ALIASES
+from engine.config import warnings as _warnings
 from engine.errors import ConfigError, EngineError
 from engine.rundir import RunDir, new_run_id, runs_root
 
@@ -23,36 +22,27 @@ from engine.rundir import RunDir, new_run_id, runs_root
 def load_config(source: str | Path | dict[str, Any], *overrides: str, **kw_overrides: Any) -> TrainConfig:
     """A TrainConfig from a YAML path or a dict, with ``key=value`` strings and keyword overrides applied.
 
-    Unknown keys raise ConfigError naming the nearest valid key. Relative paths in the config (dataset_dir,
-    deepspeed) are later resolved against the config file's folder, then the working directory.
+    Unknown keys raise ConfigError naming the nearest valid key; LLaMA-Factory keys lf-assistant does not support
+    are refused by name. Relative paths in the config (dataset_dir, deepspeed) are later resolved against the
+    config file's folder, then the working directory.
     """
-    if isinstance(source, dict):
-        data, config_dir = dict(source), None
-    else:
-        data, config_dir = read_yaml(source), str(Path(source).resolve().parent)
-    data.update(parse_overrides(list(overrides)))
-    data.update(kw_overrides)
-    for alias, key in KEY_ALIASES.items():
-        if alias in data:
-            value = data.pop(alias)
-            if key in data and data[key] not in (None, value, 1):
-                raise ConfigError(f"{alias}={value} and {key}={data[key]} disagree; keep one of them.")
-            data[key] = value
-    config, _ignored = build_dataclass(TrainConfig, data, accepted_foreign=ACCEPTED_FOREIGN_KEYS,
-                                       source=str(source) if not isinstance(source, dict) else "config")
-    config.config_dir = config_dir
-    return config
+    return load("train", source, *overrides, **kw_overrides)
 
 
-def ignored_keys(source: str | Path | dict[str, Any]) -> list[str]:
+def ignored_keys(source: str | Path | dict[str, Any] | TrainConfig) -> list[str]:
     """Keys of another tool's YAML that we accept but do not use (so the user is told, not surprised)."""
-    data = dict(source) if isinstance(source, dict) else read_yaml(source)
-    return sorted(k for k in data if k in ACCEPTED_FOREIGN_KEYS)
+    config = source if isinstance(source, TrainConfig) else load_config(source)
+    return list(config.unused_keys)
 
 
 def validate(config: TrainConfig) -> list[str]:
     """Every problem of the config as a sentence that says what to change; [] when it can run."""
     return _validate(config)
+
+
+def config_warnings(config: TrainConfig) -> list[str]:
+    """What the config allows but probably does not mean (e.g. a LoRA rank as wide as the layers)."""
+    return _warnings(config)
 
 
 @dataclass
@@ -93,7 +83,7 @@ class RunHandle:
 def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_id: str | None = None,
                 run_dir: str | Path | None = None) -> tuple[TrainConfig, RunDir]:
     """Create the run folder and write its resolved, self-contained config before anything trains."""
-    from engine.data.registry import find_dataset_dir
+    from engine.config.paths import dataset_dir_of
     from engine.rundir import default_output_dir
 
     problems = _validate(config)
@@ -111,7 +101,7 @@ def prepare_run(config: TrainConfig, *, runs_dir: str | Path | None = None, run_
         raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
     run.path.mkdir(parents=True, exist_ok=True)
     # Absolute paths so the saved config reproduces the run from anywhere.
-    dataset_dir = find_dataset_dir(config.dataset_dir, config_dir=Path(config.config_dir) if config.config_dir else None)
+    dataset_dir = dataset_dir_of(config)
     resolved = replace(config, dataset_dir=str(dataset_dir.resolve()))
     if resolved.model_name_or_path and Path(resolved.model_name_or_path).expanduser().exists():
         resolved.model_name_or_path = str(Path(resolved.model_name_or_path).expanduser().resolve())
