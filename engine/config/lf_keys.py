@@ -108,9 +108,9 @@ ACCELERATE_KEYS = ("compute_environment", "distributed_type")
 V1_MARKERS = ("model_class", "train_dataset", "micro_batch_size", "dist_config", "peft_config", "sample_backend")
 
 
-def foreign_file_problem(data: dict[str, Any], known: set[str], source: str) -> str | None:
-    """A sentence when the file as a whole is another tool's config (Accelerate, LLaMA-Factory v1) or not a
-    config at all; None when it reads as a LLaMA-Factory/lf-assistant config (key-by-key checks follow)."""
+def foreign_file_problem(data: dict[str, Any], known: set[str], source: str, purpose: str = TRAIN) -> str | None:
+    """A sentence when the file as a whole is another tool's config (Accelerate, LLaMA-Factory v1), a config for
+    another command, or not a config at all; None when it reads as a config of ``purpose`` (key checks follow)."""
     keys = [str(key) for key in data]
     if any(key in data for key in ACCELERATE_KEYS):
         return (f"{source} is an Accelerate launcher config (compute_environment, distributed_type), not a training "
@@ -124,4 +124,9 @@ def foreign_file_problem(data: dict[str, Any], known: set[str], source: str) -> 
         shown = ", ".join(short_repr(key, 30) for key in keys[:3])
         return (f"{source} does not look like a config: none of its {len(keys)} keys ({shown}"
                 f"{', ...' if len(keys) > 3 else ''}) is a config key. Is it the right file?")
+    if purpose == TRAIN and "dataset" not in data and "stage" not in data:
+        if "export_dir" in data:
+            return f"{source} is an export config (export_dir, no dataset): run `lf-assistant export {source}`."
+        if "infer_backend" in data:
+            return f"{source} is an inference config (infer_backend, no dataset): run `lf-assistant chat {source}`."
     return None

@@ -77,11 +77,11 @@ def load(purpose: str, source: str | Path | dict[str, Any], *overrides: str, **k
         data, label, config_dir = dict(source), "config", None
     else:
         data, label, config_dir = read_yaml(source), str(source), str(Path(source).resolve().parent)
-    data.update(parse_overrides(list(overrides)))
-    data.update(kw_overrides)
-    problem = foreign_file_problem(data, known_keys(), label)
+    problem = foreign_file_problem(data, known_keys(), label, purpose)  # the file's own keys, before overrides
     if problem:
         raise ConfigError(problem)
+    data.update(parse_overrides(list(overrides)))
+    data.update(kw_overrides)
     data = _apply_aliases(schema, data)
     config, unused = build(schema, data, label)
     config.unused_keys = tuple(sorted(unused))

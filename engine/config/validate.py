@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from engine.config.fields import field_problems
+from engine.config.model_check import local_config, lora_rank_warning, lora_target_problems
 from engine.config.readers import clip, short_repr
 from engine.config.train import TrainConfig
 from engine.errors import EngineError
@@ -112,12 +113,13 @@ def _data_problems(c: TrainConfig) -> list[str]:
 
 def _data_kind_problems(stage: str, name: str, spec) -> list[str]:
     kind = "a preference" if spec.ranking else "a supervised"
+    name = short_repr(name, 60)
     if stage in PREFERENCE_STAGES and not spec.ranking:
-        return [f"dataset {name!r} is {kind} dataset, but stage {stage} needs preference (ranking: true) data."]
+        return [f"dataset {name} is {kind} dataset, but stage {stage} needs preference (ranking: true) data."]
     if stage not in PREFERENCE_STAGES and spec.ranking:
-        return [f"dataset {name!r} is {kind} dataset, but stage {stage} needs supervised (not ranking) data."]
+        return [f"dataset {name} is {kind} dataset, but stage {stage} needs supervised (not ranking) data."]
     if stage == "kto" and "kto_tag" not in spec.columns:
-        return [f"dataset {name!r} has no kto_tag column; stage kto needs a good/bad tag per answer "
+        return [f"dataset {name} has no kto_tag column; stage kto needs a good/bad tag per answer "
                 '(columns: {"kto_tag": "..."} in dataset_info.json).']
     return []
 
@@ -154,6 +156,14 @@ def _model_problems(c: TrainConfig) -> list[str]:
             problem = hub_id_problem(model)
             if problem:
                 problems.append(problem)
+    if model and local_config(model):
+        from engine.inference.source import checkpoint_is_quantized
+
+        method = checkpoint_is_quantized(model)
+        if method:
+            problems.append(f"model_name_or_path {clip(model, 200)} is a pre-quantized checkpoint "
+                            f"({clip(method, 40)}); lf-assistant trains full-precision weights (QLoRA: "
+                            "quantization_bit: 4 on the unquantized model). Use the model's full-precision version.")
     if c.quantization_bit:
         from engine.models.offline import cuda_available
 
@@ -163,8 +173,6 @@ def _model_problems(c: TrainConfig) -> list[str]:
         elif importlib.util.find_spec("bitsandbytes") is None:
             problems.append("quantization_bit needs bitsandbytes: `pip install 'lf-assistant[bnb]'`.")
     if c.finetuning_type in ("lora", "qlora") and not c.adapter_name_or_path:
-        from engine.config.model_check import lora_target_problems
-
         problems += lora_target_problems(model, c.lora_target)
     return problems
 
@@ -204,8 +212,6 @@ def warnings(config: TrainConfig) -> list[str]:
     """What is allowed but probably not meant, as sentences; the CLI prints them before training."""
     out = []
     if config.finetuning_type in ("lora", "qlora") and not config.adapter_name_or_path:
-        from engine.config.model_check import lora_rank_warning
-
         warning = lora_rank_warning(config.model_name_or_path, config.lora_target, config.lora_rank)
         if warning:
             out.append(warning)

@@ -33,7 +33,7 @@ class ExportConfig(ModelSource):
         False, "Write PyTorch .bin shards instead of safetensors (only for tools that need them).", section="export")
     export_quantization_bit: int | None = opt(
         None, "Not supported: export in full precision, then quantize with the runtime's own tool.",
-        section="export")
+        section="export", ge=1, le=16)
     export_hub_model_id: str | None = opt(
         None, "Not supported: upload the export folder with `hf upload`.", section="export")
 
