@@ -143,7 +143,7 @@ class TrainConfig:
     warmup_ratio: float = opt(0.0, "Share of steps spent warming up.", ge=0, lt=1)
     warmup_steps: int = opt(0, "Warmup steps (overrides warmup_ratio when > 0).", ge=0, le=BIG)
     optim: str = opt(
-        "adamw_torch", "Optimizer: AdamW (adamw_torch_fused names the same update, fused).",
+        "adamw_torch_fused", "Optimizer: AdamW (adamw_torch and adamw_torch_fused name the same update).",
         choices=("adamw_torch", "adamw_torch_fused"),
         choices_note="lf-assistant trains with AdamW; other optimizers (adafactor, 8-bit or paged AdamW, SGD, "
         "GaLore, ...) are not supported.")

@@ -90,7 +90,8 @@ def test_choices_refused_by_name(data, match):
 
 def test_new_keys_take_llamafactory_defaults():
     cfg = engine.load_config(DATA)
-    assert (cfg.kto_chosen_weight, cfg.kto_rejected_weight, cfg.optim, cfg.packing) == (1.0, 1.0, "adamw_torch", None)
+    assert (cfg.kto_chosen_weight, cfg.kto_rejected_weight, cfg.packing) == (1.0, 1.0, None)
+    assert cfg.optim == "adamw_torch_fused"
     assert not cfg.packing_enabled and dataclasses.replace(cfg, stage="pt").packing_enabled
     assert dataclasses.replace(cfg, neat_packing=True).packing_enabled
 
