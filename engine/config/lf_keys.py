@@ -120,7 +120,7 @@ def foreign_file_problem(data: dict[str, Any], known: set[str], source: str, pur
         return (f"{source} is a LLaMA-Factory v1 config (model, model_class, train_dataset, micro_batch_size, ...), "
                 "which lf-assistant does not read. It reads LLaMA-Factory's training YAMLs: write model_name_or_path, "
                 "dataset and dataset_dir, finetuning_type, per_device_train_batch_size (see examples/).")
-    if keys and not any(key in known for key in keys):
+    if len(keys) >= 3 and not any(key in known for key in keys):  # fewer: likely typos, "Did you mean" helps more
         shown = ", ".join(short_repr(key, 30) for key in keys[:3])
         return (f"{source} does not look like a config: none of its {len(keys)} keys ({shown}"
                 f"{', ...' if len(keys) > 3 else ''}) is a config key. Is it the right file?")

@@ -130,7 +130,7 @@ def test_keys_that_change_training_are_refused(key, value, match):
 @pytest.mark.parametrize("text,match", [
     ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\n", "Accelerate launcher config"),
     ("model: Qwen/Qwen3-4B\nmodel_class: llm\nmicro_batch_size: 1\n", "LLaMA-Factory v1 config"),
-    ('"<|a|>": one\n"<|b|>": two\n', "does not look like a config"),
+    ('"<|a|>": one\n"<|b|>": two\n"<|c|>": three\n', "does not look like a config"),
     ("model_name_or_path: m\ninfer_backend: huggingface\n", "inference config .*`lf-assistant chat"),
     ("model_name_or_path: m\nexport_dir: out\n", "export config .*`lf-assistant export"),
 ])
