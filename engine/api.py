@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from engine.config import TrainConfig, config_to_dict, dump_yaml, ignored_keys, load_config, read_yaml  # noqa: F401
 from engine.config import validate as _validate
+from engine.config import warnings as _warnings
 from engine.errors import ConfigError, EngineError
 from engine.ownership import Lock, acquire, claim_output_dir, handover_env, marker_run
 from engine.runstatus import LIVE_STATES, ProcessIdentity, RunState, RunStatus, load_status_file
@@ -29,6 +30,16 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 def validate(config: TrainConfig) -> list[str]:
     """Every problem of the config as a sentence that says what to change; [] when it can run."""
     return _validate(config)
+
+
+def config_warnings(config: TrainConfig) -> list[str]:
+    """What the config allows but probably does not mean (e.g. a LoRA rank as wide as the layers)."""
+    return _warnings(config)
+
+
+def config_warnings(config: TrainConfig) -> list[str]:
+    """What the config allows but probably does not mean (e.g. a LoRA rank as wide as the layers)."""
+    return _warnings(config)
 
 
 @dataclass
@@ -101,10 +112,10 @@ def _run_folder(config: TrainConfig, runs_dir, run_id: str | None, run_dir) -> t
 
 def _resolve_paths(config: TrainConfig, run: RunDir) -> TrainConfig:
     """Absolute paths, so the saved config reproduces the run from anywhere."""
-    from engine.data.registry import find_dataset_dir
+    from engine.config.paths import dataset_dir_of
     from engine.rundir import default_output_dir
 
-    dataset_dir = find_dataset_dir(config.dataset_dir, config_dir=Path(config.config_dir) if config.config_dir else None)
+    dataset_dir = dataset_dir_of(config)
     resolved = replace(config, dataset_dir=str(dataset_dir.resolve()))
     if resolved.model_name_or_path and Path(resolved.model_name_or_path).expanduser().exists():
         resolved.model_name_or_path = str(Path(resolved.model_name_or_path).expanduser().resolve())

@@ -35,6 +35,10 @@ def chat(
 
     console = Console(highlight=False)
     infer = load_infer_config(config, *(overrides or []))
+    if infer.unused_keys:
+        from rich.markup import escape
+
+        console.print(f"[dim]accepted but not used here: {escape(', '.join(infer.unused_keys))}[/]")
     if prompts is not None:
         _answer_file(console, infer, prompts, out or prompts.with_name("validation.jsonl"), base, batch_size)
         return

@@ -30,8 +30,11 @@ def fail_on_engine_error(function):
 def print_error(message: str) -> None:
     from rich.console import Console
 
+    from rich.markup import escape
+
     console = Console(stderr=True, highlight=False)
     lines = message.splitlines() or [""]
-    console.print(f"[bold red]error:[/] {lines[0]}", markup=True, soft_wrap=True)
+    # The message may quote user input; escaped, a "[/x]" in it is shown instead of breaking the markup.
+    console.print(f"[bold red]error:[/] {escape(lines[0])}", markup=True, soft_wrap=True)
     for line in lines[1:]:
         console.print(f"  {line}", markup=False, soft_wrap=True)

@@ -107,7 +107,7 @@ def preview(
     import engine
     from engine.data.loader import load_examples
     from engine.data.preview import preview_data
-    from engine.data.registry import find_dataset_dir
+    from engine.config.paths import dataset_dir_of
     from engine.errors import ConfigError
     from engine.models.loading import load_tokenizer
     from engine.models.resolve import resolve_model_path, resolve_template
@@ -116,7 +116,7 @@ def preview(
     cfg = engine.load_config(config, *(overrides or []))
     if not cfg.dataset:
         raise ConfigError(f"{config} names no dataset: set dataset (e.g. dataset=identity).")
-    dataset_dir = find_dataset_dir(cfg.dataset_dir, config_dir=Path(cfg.config_dir) if cfg.config_dir else None)
+    dataset_dir = dataset_dir_of(cfg)
     examples = load_examples(cfg.dataset, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage == "dpo")
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)

@@ -27,6 +27,10 @@ def export(
 
     console = Console(highlight=False)
     cfg = load_export_config(config, *(overrides or []))
+    if cfg.unused_keys:
+        from rich.markup import escape
+
+        console.print(f"[dim]accepted but not used here: {escape(', '.join(cfg.unused_keys))}[/]")
     with console.status("exporting...") as status:
         def on_progress(step: int, total: int, text: str) -> None:
             status.update(f"[{step}/{total}] {text}")

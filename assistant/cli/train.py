@@ -30,21 +30,23 @@ def train(
     from rich.markup import escape
 
     import engine
-    from engine.api import ignored_keys
+    from engine.api import config_warnings
 
     console = Console(highlight=False)
     cfg = engine.load_config(config, *(overrides or []))
-    skipped = ignored_keys(config)
-    if skipped:
-        console.print(f"[dim]accepted but not used here: {', '.join(skipped)}[/]")
+    if cfg.unused_keys:
+        console.print(f"[dim]accepted but not used here: {escape(', '.join(cfg.unused_keys))}[/]")
     problems = engine.validate(cfg)
     if problems:
-        console.print(f"[bold red]{config}: {len(problems)} problem(s)[/]")
+        console.print(f"[bold red]{escape(str(config))}: {len(problems)} problem(s)[/]")
         for problem in problems:
-            console.print(f"  [red]-[/] {problem}", markup=True, soft_wrap=True)
+            console.print(f"  [red]-[/] {escape(problem)}", markup=True, soft_wrap=True)
         raise typer.Exit(2)
+    for warning in config_warnings(cfg):
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if check:
-        console.print(f"[green]{config}: no problems found.[/]")
+        _print_default_differences(cfg, console)
+        console.print(f"[green]{escape(str(config))}: no problems found.[/]")
         return
     if nproc_per_node:
         cfg.nproc_per_node = nproc_per_node
@@ -63,6 +65,21 @@ def train(
         console.print(f"  follow: lf-assistant status {handle.run_id} --follow")
         return
     _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id)
+
+
+def _print_default_differences(cfg, console) -> None:
+    """Keys the config omits whose default here differs from LLaMA-Factory's, with the reason."""
+    from rich.markup import escape
+
+    from engine.config import default_differences
+
+    rows = default_differences(cfg)
+    if not rows:
+        return
+    console.print("[bold]defaults that differ from LLaMA-Factory's[/] (keys this config omits):")
+    for row in rows:
+        console.print(f"  {row.key}: {escape(str(row.ours))} here, {escape(str(row.lf_default))} in LLaMA-Factory "
+                      f"[dim]({escape(row.reason)})[/]", soft_wrap=True)
 
 
 def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:

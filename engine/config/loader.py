@@ -1,46 +1,197 @@
-"""Reading configs: YAML (safe_load only) or dicts, ``key=value`` overrides, unknown-key errors with suggestions."""
+"""The one config loader: a YAML path or a dict, ``key=value`` overrides and keyword overrides, into a typed
+TrainConfig, InferConfig or ExportConfig.
+
+Every key is a field of the config (converted to the field's type), an alias of one, a LLaMA-Factory key from
+``engine.config.lf_table`` (refused by name, or accepted and named as not used), a key of another of our configs
+(not used here), or unknown ("Did you mean ...?"). Every problem is collected and raised at once.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
-import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
+from engine.config.fields import base_kinds, public_fields
+from engine.config.lf_keys import TRAIN, WHAT, foreign_file_problem
+from engine.readers import load_yaml_text, read_yaml, short_repr
 from engine.errors import ConfigError
 from engine.jsonio import write_text_atomic
 
 C = TypeVar("C")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+# What YAML 1.1 reads as a boolean, given back as the word when the field expects one of its string choices.
+_BOOL_WORDS = {False: ("no", "off", "false"), True: ("yes", "on", "true")}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; a clear ConfigError for a missing file, bad syntax or a non-mapping document."""
-    path = Path(path)
-    if not path.is_file():
-        where = "is a folder" if path.is_dir() else "does not exist"
-        raise ConfigError(f"Config file {path} {where}. Give the path of a .yaml file (see examples/).")
+@dataclass(frozen=True)
+class Schema:
+    """One config class as the loader sees it."""
+
+    cls: type
+    purpose: str
+    aliases: dict[str, tuple[str, Callable[[Any], Any] | None]]
+
+    @functools.cached_property
+    def fields(self) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in public_fields(self.cls)}
+
+    @functools.cached_property
+    def hints(self) -> dict[str, Any]:
+        return typing.get_type_hints(self.cls)
+
+
+@functools.cache
+def schemas() -> dict[str, Schema]:
+    """train, infer and export (imported here: their modules import the field helpers beside this one)."""
+    from engine.config.export import ExportConfig
+    from engine.config.infer import InferConfig
+    from engine.config.train import KEY_ALIASES, TrainConfig
+
+    return {"train": Schema(TrainConfig, "train", KEY_ALIASES), "infer": Schema(InferConfig, "infer", {}),
+            "export": Schema(ExportConfig, "export", {})}
+
+
+def known_keys() -> set[str]:
+    """Every key any of our configs or the LLaMA-Factory table knows."""
+    from engine.config.lf_table import LF_KEYS
+
+    keys = set(LF_KEYS)
+    for schema in schemas().values():
+        keys |= set(schema.fields) | set(schema.aliases)
+    return keys
+
+
+def load(purpose: str, source: str | Path | dict[str, Any], *overrides: str, **kw_overrides: Any) -> Any:
+    """A typed config of ``purpose`` (train | infer | export); ConfigError listing every problem otherwise."""
+    schema = schemas()[purpose]
+    if isinstance(source, dict):
+        data, label, config_dir = dict(source), "config", None
+    else:
+        data, label, config_dir = read_yaml(source), str(source), str(Path(source).resolve().parent)
+    problem = foreign_file_problem(data, known_keys(), label, purpose)  # the file's own keys, before overrides
+    if problem:
+        raise ConfigError(problem)
+    data.update(parse_overrides(list(overrides)))
+    data.update(kw_overrides)
+    data = _apply_aliases(schema, data)
+    config, unused = build(schema, data, label)
+    config.unused_keys = tuple(sorted(unused))
+    if purpose == TRAIN:
+        config.config_dir, config.given_keys = config_dir, tuple(str(key) for key in data)
+    return config
+
+
+def _apply_aliases(schema: Schema, data: dict[str, Any]) -> dict[str, Any]:
+    out = {key: value for key, value in data.items() if key not in schema.aliases}
+    for alias, (target, convert) in schema.aliases.items():
+        if alias not in data:
+            continue
+        value = convert(data[alias]) if convert else data[alias]
+        default = schema.fields[target].default
+        if target in out and out[target] not in (None, value, default):
+            raise ConfigError(f"{alias}: {short_repr(data[alias])} and {target}: {short_repr(out[target])} "
+                              "disagree; keep one of them.")
+        out[target] = value
+    return out
+
+
+def build(schema: Schema, data: dict[str, Any], label: str) -> tuple[Any, dict[str, str]]:
+    """The config instance and the keys accepted but not used (key -> why); ConfigError with every problem."""
+    kwargs: dict[str, Any] = {}
+    unused: dict[str, str] = {}
+    errors: list[str] = []
+    for key, value in data.items():
+        if key in schema.fields:
+            try:
+                kwargs[key] = coerce(schema.fields[key], schema.hints[key], value)
+            except ConfigError as exc:
+                errors.append(str(exc))
+            continue
+        refusal, reason = classify(schema, key, value, label)
+        if refusal:
+            errors.append(refusal)
+        else:
+            unused[str(key)] = reason
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return schema.cls(**kwargs), unused
+
+
+def classify(schema: Schema, key: Any, value: Any, label: str) -> tuple[str | None, str]:
+    """(refusal message, None) or (None, why the key is not used) for a key that is not a field of ``schema``."""
+    from engine.config.lf_table import LF_KEYS
+
+    rule = LF_KEYS.get(key) if isinstance(key, str) else None
+    if rule is not None:
+        refusal = rule.decide(key, value, schema.purpose)
+        return refusal, "" if refusal else rule.unused_reason(schema.purpose)
+    for other in schemas().values():
+        if other is not schema and (key in other.fields or key in other.aliases):
+            return None, f"a key of the {WHAT[other.purpose]} config"
+    valid = list(schema.fields) + list(schema.aliases)
+    near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+    hint = f" Did you mean {near[0]!r}?" if near else " See `lf-assistant train --help` for the valid keys."
+    return f"Unknown key {short_repr(key, 60)} in {label}.{hint}", ""
+
+
+def coerce(f: dataclasses.Field, hint: Any, value: Any) -> Any:
+    """A YAML value in the field's type, or a ConfigError naming the key and the expected type."""
+    if value is None:
+        return None if type(None) in typing.get_args(hint) or hint is Any else f.default
+    choices = f.metadata.get("choices") or ()
+    if isinstance(value, bool) and choices and all(isinstance(c, str) for c in choices):
+        names = tuple(choices) + tuple(f.metadata.get("refused", ()))
+        value = next((word for word in _BOOL_WORDS[value] if word in names), str(value).lower())
+    if f.metadata.get("multi") and isinstance(value, (list, tuple)):
+        value = ",".join(str(item) for item in value)
+    kinds = base_kinds(hint)
+    if Any in kinds:
+        return value
+    for kind in kinds:
+        converted = _convert(kind, value)
+        if converted is not None:
+            return converted
+    expected = " or ".join(getattr(k, "__name__", str(k)) for k in kinds)
+    raise ConfigError(f"{f.name}: expected {expected}, got {short_repr(value)}.")
+
+
+def _convert(kind: type, value: Any) -> Any:
+    """``value`` as ``kind``, or None when it does not convert."""
+    if isinstance(value, (dict, list, tuple, set)):
+        return None
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}). Save it as UTF-8.") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path} is not valid YAML{where}: {problem}. Fix the syntax and try again.") from None
-    if data is None:
-        raise ConfigError(f"{path} is empty. A config is a mapping of keys to values (see examples/).")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must be a mapping of keys to values, not a {type(data).__name__}.")
-    return data
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower() if isinstance(value, (str, int)) else None
+            return True if word in _TRUE else False if word in _FALSE else None
+        if kind is str:
+            if isinstance(value, bool):
+                return "true" if value else "false"
+            return value if isinstance(value, str) else str(value)
+        if isinstance(value, bool):
+            return None
+        if kind is int:
+            if isinstance(value, str):
+                text = value.strip()
+                value = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+            if isinstance(value, float):
+                return int(value) if value.is_integer() else None
+            return value if isinstance(value, int) else None
+        if kind is float:
+            return float(value) if isinstance(value, (int, float, str)) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -50,10 +201,10 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not sep or not key:
-            raise ConfigError(f"Override {item!r} is not of the form key=value (for example max_steps=20).")
+            raise ConfigError(f"Override {short_repr(item)} is not of the form key=value (for example max_steps=20).")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
+            value = load_yaml_text(raw, f"override {key}") if raw.strip() else None
+        except ConfigError:
             value = raw
         if isinstance(value, str) and _NUMBER.match(value.strip()):
             value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
@@ -62,84 +213,10 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return overrides
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """Convert a YAML value to the field's type, or raise a ConfigError that names the key and the expected type."""
-    if value is None:
-        return None
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        kinds = [a for a in args if a is not type(None)]
-    else:
-        kinds = [hint]
-    if Any in kinds:
-        return value
-    for kind in kinds:
-        try:
-            if kind is bool:
-                if isinstance(value, bool):
-                    return value
-                if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
-                    return value.lower() in ("true", "yes")
-                continue
-            if kind is int:
-                if isinstance(value, bool):
-                    continue
-                if isinstance(value, float) and value.is_integer():
-                    return int(value)
-                return int(value) if isinstance(value, (int, str)) else _fail()
-            if kind is float:
-                if isinstance(value, bool):
-                    continue
-                return float(value)
-            if kind is str:
-                if isinstance(value, (dict, list)):
-                    continue
-                return value if isinstance(value, str) else str(value)
-        except (TypeError, ValueError):
-            continue
-    expected = " or ".join(getattr(k, "__name__", str(k)) for k in kinds)
-    raise ConfigError(f"{name}: expected {expected}, got {value!r}.")
-
-
-def _fail():
-    raise ValueError
-
-
-def build_dataclass(cls: type[C], data: dict[str, Any], *, accepted_foreign: set[str] = frozenset(),
-                    source: str = "config") -> tuple[C, list[str]]:
-    """Make ``cls`` from a dict. Unknown keys raise with the nearest valid key; foreign-but-known keys are noted."""
-    types_by_name = _field_types(cls)
-    kwargs: dict[str, Any] = {}
-    ignored: list[str] = []
-    errors: list[str] = []
-    for key, value in data.items():
-        if key in types_by_name:
-            try:
-                kwargs[key] = _coerce(key, value, types_by_name[key])
-            except ConfigError as exc:
-                errors.append(str(exc))
-        elif key in accepted_foreign:
-            ignored.append(key)
-        else:
-            near = difflib.get_close_matches(key, list(types_by_name), n=1, cutoff=0.6)
-            hint = f" Did you mean {near[0]!r}?" if near else " See `lf-assistant train --help` for the valid keys."
-            errors.append(f"Unknown key {key!r} in {source}.{hint}")
-    if errors:
-        raise ConfigError("\n".join(errors))
-    return cls(**kwargs), ignored
-
-
 def config_to_dict(config: Any, *, drop_defaults: bool = False) -> dict[str, Any]:
     """The YAML-serializable form (internal fields left out)."""
     out = {}
-    for f in dataclasses.fields(config):
-        if f.metadata.get("internal"):
-            continue
+    for f in public_fields(config):
         value = getattr(config, f.name)
         if drop_defaults and value == f.default:
             continue
@@ -150,3 +227,7 @@ def config_to_dict(config: Any, *, drop_defaults: bool = False) -> dict[str, Any
 def dump_yaml(data: dict[str, Any], path: Path) -> None:
     """Write YAML atomically (temp file, then rename), so a crash never leaves half a config."""
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+
+
+__all__ = ["Schema", "build", "classify", "coerce", "config_to_dict", "dump_yaml", "known_keys", "load",
+           "parse_overrides", "read_yaml", "schemas"]

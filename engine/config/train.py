@@ -1,22 +1,18 @@
 """The training config: one flat dataclass whose keys match LLaMA-Factory's YAML.
 
-Each field declares its help text, default and choices once (in ``metadata``); the CLI, the TUI's config table and
-the validator all read them from here.
+Each field declares its help text, default, choices and numeric range once (``opt``, in ``metadata``); the loader,
+the validator, the CLI and the TUI's config table all read them from here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.config.fields import internal, opt
 
-def opt(default: Any, help: str, *, choices: tuple | None = None, section: str = "train") -> Any:
-    """A config field with its help text, choices and section declared in one place."""
-    meta = {"help": help, "section": section}
-    if choices:
-        meta["choices"] = choices
-    return field(default=default, metadata=meta)
+BIG = 10**9  # a generous cap on step and row counts: far beyond any real run, far below what breaks arithmetic
 
 
 @dataclass
@@ -35,36 +31,51 @@ class TrainConfig:
         None, "Chat template name (qwen3, llama3, ...). Empty: resolved from the model.", section="model")
     quantization_bit: int | None = opt(
         None, "Load the base in 4 or 8 bits (QLoRA, bitsandbytes, CUDA only).", choices=(4, 8), section="model")
-    quantization_method: str = opt("bnb", "Quantization backend.", choices=("bnb",), section="model")
+    quantization_method: str = opt(
+        "bnb", "Quantization backend.", choices=("bnb",), section="model",
+        choices_note="lf-assistant quantizes on the fly with bitsandbytes (quantization_bit: 4 or 8); LLaMA-Factory's "
+        "pre-quantized methods (gptq, awq, aqlm, quanto, eetq, hqq, mxfp4, fp8) are not supported.")
     kernel_config: Any = opt(
         None, "Fused kernels: auto | none | comma list (rms_norm,swiglu,rope,cross_entropy,fused_linear_ce,"
         "gated_delta_rule).", section="model")
 
     # --- method
-    stage: str = opt("sft", "Training stage: sft (supervised), pt (continued pre-training on raw text), rm (reward "
-                     "model), dpo (preference pairs), kto (desirable / undesirable answers).",
-                     choices=("sft", "pt", "rm", "dpo", "kto"), section="method")
+    stage: str = opt(
+        "sft", "Training stage: sft (supervised), pt (pre-training on raw text), rm (reward model), dpo, kto.",
+        choices=("sft", "pt", "rm", "dpo", "kto"), section="method",
+        refused={"ppo": "is LLaMA-Factory's PPO (RLHF with a reward model), which lf-assistant does not support; "
+                 "use stage: dpo or kto."})
     do_train: bool = opt(True, "Train (kept for compatibility; must be true).", section="method")
     finetuning_type: str = opt(
         "lora", "What is trained: lora (adapters), full (every weight), freeze (the last N layers). "
-        "QLoRA is lora + quantization_bit.", choices=("lora", "full", "freeze", "qlora"), section="method")
-    lora_rank: int = opt(8, "LoRA rank r (adapter width).", section="method")
-    lora_alpha: int | None = opt(None, "LoRA scaling alpha. Empty: 2 x lora_rank.", section="method")
-    lora_dropout: float = opt(0.0, "Dropout on the LoRA input.", section="method")
+        "QLoRA is lora + quantization_bit.", choices=("lora", "full", "freeze", "qlora"), section="method",
+        refused={"oft": "is LLaMA-Factory's OFT method, which lf-assistant does not support; use finetuning_type: "
+                 "lora."})
+    lora_rank: int = opt(8, "LoRA rank r (adapter width).", section="method", ge=1, le=65536)
+    lora_alpha: int | None = opt(None, "LoRA scaling alpha. Empty: 2 x lora_rank.", section="method", gt=0, le=10**6)
+    lora_dropout: float = opt(0.0, "Dropout on the LoRA input.", section="method", ge=0, lt=1)
     lora_target: str = opt(
         "all", "Modules that get adapters: all (every linear layer but the head) or comma-separated names.",
         section="method")
     freeze_trainable_layers: int = opt(
-        2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method")
+        2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method",
+        ge=-100_000, le=100_000)
     freeze_trainable_modules: str = opt("all", "Freeze: which modules inside the trained layers.", section="method")
-    pref_beta: float = opt(0.1, "DPO: the beta (inverse temperature) of the preference loss.", section="method")
-    pref_loss: str = opt("sigmoid", "DPO loss variant.", choices=("sigmoid", "hinge", "ipo", "orpo", "simpo"),
-                         section="method")
-    pref_ftx: float = opt(0.0, "DPO: weight of an extra SFT loss on the chosen answer.", section="method")
-    simpo_gamma: float = opt(0.5, "SimPO: target reward margin.", section="method")
-    kto_chosen_weight: float = opt(1.0, "KTO: weight of the desirable examples' loss.", section="method")
-    kto_rejected_weight: float = opt(1.0, "KTO: weight of the undesirable examples' loss.", section="method")
-    dpo_label_smoothing: float = opt(0.0, "DPO: robust-DPO label smoothing (0 to 0.5).", section="method")
+    pref_beta: float = opt(0.1, "DPO/KTO: the beta (inverse temperature) of the preference loss; ORPO: the weight of "
+                           "its odds-ratio term.", section="method", gt=0, le=1000)
+    pref_loss: str = opt(
+        "sigmoid", "DPO loss variant.", choices=("sigmoid", "hinge", "ipo", "orpo", "simpo"), section="method",
+        refused={"kto_pair": "is not supported: TRL, which LLaMA-Factory hands it to, removed kto_pair from its DPO "
+                 "trainer. Use stage: kto for unpaired good/bad answers, or pref_loss: sigmoid."})
+    pref_ftx: float = opt(0.0, "DPO: weight of an extra SFT loss on the chosen answer.", section="method",
+                          ge=0, le=1000)
+    simpo_gamma: float = opt(0.5, "SimPO: target reward margin.", section="method", ge=0, le=1000)
+    dpo_label_smoothing: float = opt(0.0, "DPO: robust-DPO label smoothing (0 to 0.5).", section="method",
+                                     ge=0, le=0.5)
+    kto_chosen_weight: float = opt(1.0, "KTO: weight of the loss on desirable answers (kto_tag true).",
+                                   section="method", gt=0, le=1000)
+    kto_rejected_weight: float = opt(1.0, "KTO: weight of the loss on undesirable answers (kto_tag false).",
+                                     section="method", gt=0, le=1000)
 
     # --- dataset
     dataset: str | None = opt(
@@ -73,14 +84,17 @@ class TrainConfig:
         "data", "Folder holding dataset_info.json (relative: to the config's folder, then the working dir).",
         section="dataset")
     eval_dataset: str | None = opt(None, "Datasets used only for evaluation.", section="dataset")
-    cutoff_len: int = opt(2048, "Maximum tokens per sample; longer samples are cut.", section="dataset")
-    max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset")
+    cutoff_len: int = opt(2048, "Maximum tokens per sample; longer samples are cut.", section="dataset",
+                          ge=1, le=1 << 20)
+    max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset",
+                                  ge=1, le=BIG)
     train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
     mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
-    val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset")
+    val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset",
+                          ge=0, le=BIG)
     packing: bool | None = opt(
-        None, "Pack several samples into one row (no padding). Empty: on for pre-training (stage pt), off "
-        "otherwise, as in LLaMA-Factory.", section="dataset")
+        None, "Pack several samples into one row (no padding). Empty: on for stage pt, off otherwise, as in "
+        "LLaMA-Factory.", section="dataset")
     neat_packing: bool = opt(False, "Packing without cross-sample attention.", section="dataset")
     batching_strategy: str = opt(
         "padded", "How micro-batches are built.", choices=("padded", "bucketed", "packed", "dynamic"),
@@ -90,53 +104,83 @@ class TrainConfig:
     output_dir: str | None = opt(
         None, "Where the adapter/model and checkpoints go. Empty: saves/<model>/<method>/<run_id>.", section="output")
     overwrite_output_dir: bool = opt(False, "Allow writing into a non-empty output_dir.", section="output")
-    logging_steps: int = opt(10, "Log loss every N optimizer steps.", section="output")
-    save_steps: int = opt(500, "Save a checkpoint every N optimizer steps.", section="output")
-    save_total_limit: int | None = opt(None, "Keep at most N checkpoints (oldest removed).", section="output")
+    logging_steps: int = opt(10, "Log loss every N optimizer steps.", section="output", ge=1, le=BIG)
+    save_steps: int = opt(500, "Save a checkpoint every N optimizer steps.", section="output", ge=1, le=BIG)
+    save_total_limit: int | None = opt(None, "Keep at most N checkpoints (oldest removed).", section="output",
+                                       ge=1, le=BIG)
     save_only_model: bool = opt(False, "Checkpoints without optimizer state (cannot be resumed).", section="output")
-    save_strategy: str = opt("steps", "steps: checkpoint every save_steps; no: only the final model.",
-                             choices=("steps", "no"), section="output")
+    save_strategy: str = opt("steps", "steps: checkpoint every save_steps; epoch: at the end of every epoch; no: "
+                             "only the final model.", choices=("steps", "epoch", "no"), section="output",
+                             choices_note="Checkpoints of the best eval are not supported: use save_steps.")
     plot_loss: bool = opt(True, "Write training_loss.png at the end.", section="output")
-    report_to: str = opt("none", "Extra trackers.", choices=("none", "tensorboard", "wandb"), section="output")
+    report_to: str = opt(
+        "none", "Experiment trackers, comma-separated: none, tensorboard, wandb (offline), swanlab, mlflow, all "
+        "(every installed one).", choices=("none", "tensorboard", "wandb", "swanlab", "mlflow", "all"),
+        section="output", multi=True, choices_note="Other trackers are not supported.")
 
     # --- train
-    per_device_train_batch_size: int = opt(1, "Samples per micro-batch on each device.")
-    per_device_eval_batch_size: int = opt(1, "Samples per eval micro-batch.")
-    gradient_accumulation_steps: int = opt(1, "Micro-batches per optimizer step.")
-    learning_rate: float = opt(5e-5, "Peak learning rate.")
-    num_train_epochs: float = opt(3.0, "Passes over the data (ignored when max_steps > 0).")
-    max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: use num_train_epochs).")
+    per_device_train_batch_size: int = opt(1, "Samples per micro-batch on each device.", ge=1, le=65536)
+    per_device_eval_batch_size: int = opt(1, "Samples per eval micro-batch.", ge=1, le=65536)
+    gradient_accumulation_steps: int = opt(1, "Micro-batches per optimizer step.", ge=1, le=65536)
+    learning_rate: float = opt(5e-5, "Peak learning rate.", gt=0, le=10)
+    num_train_epochs: float = opt(3.0, "Passes over the data (ignored when max_steps > 0).", ge=0, le=10**6)
+    max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: use num_train_epochs).", ge=-1, le=BIG)
     lr_scheduler_type: str = opt(
         "cosine", "Learning-rate schedule after warmup.",
-        choices=("cosine", "linear", "constant", "constant_with_warmup"))
-    warmup_ratio: float = opt(0.0, "Share of steps spent warming up.")
-    warmup_steps: int = opt(0, "Warmup steps (overrides warmup_ratio when > 0).")
-    weight_decay: float = opt(0.0, "AdamW weight decay.")
-    adam_beta1: float = opt(0.9, "AdamW beta1.")
-    adam_beta2: float = opt(0.999, "AdamW beta2.")
-    adam_epsilon: float = opt(1e-8, "AdamW epsilon.")
-    max_grad_norm: float = opt(1.0, "Clip the global gradient norm (0: no clipping).")
+        choices=("cosine", "linear", "constant", "constant_with_warmup"),
+        choices_note="Other Transformers schedules (cosine_with_restarts, polynomial, inverse_sqrt, ...) are not "
+        "implemented.")
+    warmup_ratio: float = opt(0.0, "Share of steps spent warming up.", ge=0, lt=1)
+    warmup_steps: int = opt(0, "Warmup steps (overrides warmup_ratio when > 0).", ge=0, le=BIG)
+    optim: str = opt(
+        "adamw_torch_fused", "Optimizer: AdamW (adamw_torch and adamw_torch_fused name the same update).",
+        choices=("adamw_torch", "adamw_torch_fused"),
+        choices_note="lf-assistant trains with AdamW; other optimizers (adafactor, 8-bit or paged AdamW, SGD, "
+        "GaLore, ...) are not supported.")
+    weight_decay: float = opt(0.0, "AdamW weight decay.", ge=0, le=10)
+    adam_beta1: float = opt(0.9, "AdamW beta1.", ge=0, lt=1)
+    adam_beta2: float = opt(0.999, "AdamW beta2.", ge=0, lt=1)
+    adam_epsilon: float = opt(1e-8, "AdamW epsilon.", gt=0, le=1)
+    max_grad_norm: float = opt(1.0, "Clip the global gradient norm (0: no clipping).", ge=0, le=1e6)
     bf16: bool = opt(False, "bfloat16 autocast on GPU (on a CPU without bf16 units training stays fp32).")
     fp16: bool = opt(False, "float16 autocast with loss scaling on GPU.")
-    gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory (slower).")
-    seed: int = opt(42, "Random seed (data order, init of adapters, dropout).")
+    gradient_checkpointing: bool = opt(
+        False, "Recompute activations in backward to save memory (slower). LLaMA-Factory's "
+        "disable_gradient_checkpointing is read as its opposite.")
+    seed: int = opt(42, "Random seed (data order, init of adapters, dropout).", ge=0, lt=2**32)
     resume_from_checkpoint: str | None = opt(
         None, "auto: continue from the newest complete checkpoint in output_dir; or a checkpoint folder.")
-    eval_steps: int | None = opt(None, "Compute the eval loss every N steps (default: logging_steps x 10).")
-    eval_strategy: str = opt("steps", "When to evaluate when eval data exists.", choices=("steps", "no"))
+    eval_steps: int | None = opt(None, "Compute the eval loss every N steps (default: logging_steps x 10).",
+                                 ge=1, le=BIG)
+    eval_strategy: str = opt("steps", "When to evaluate when eval data exists: steps (every eval_steps), epoch, no.",
+                             choices=("steps", "epoch", "no"))
     deepspeed: str | None = opt(None, "DeepSpeed JSON config (multi-GPU, needs the deepspeed extra).")
-    cp_size: int = opt(1, "Ulysses sequence-parallel size (context parallel; also read as ulysses_size).")
+    cp_size: int = opt(1, "Ulysses sequence-parallel size (context parallel; also read as ulysses_size).",
+                       ge=1, le=1024)
     nproc_per_node: int | None = opt(
-        None, "Processes per node (several devices, or N CPU processes for testing). Empty: from the GPU choice.")
+        None, "Processes per node (several devices, or N CPU processes for testing). Empty: from the GPU choice.",
+        ge=1, le=1024)
     fsdp: str | None = opt(
         None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted).")
 
-    # Set by load_config, not a YAML key: the folder of the file the config came from.
-    config_dir: str | None = field(default=None, repr=False, metadata={"internal": True})
+    # Set by the loader, not YAML keys.
+    config_dir: str | None = internal()
+    """The folder of the file the config came from (relative paths are resolved against it)."""
+    unused_keys: tuple[str, ...] = internal(())
+    """LLaMA-Factory keys the config carried that change nothing here (named once in the log)."""
+    given_keys: tuple[str, ...] = internal(())
+    """The keys the YAML and overrides set (so omitted keys can be compared with LLaMA-Factory's defaults)."""
 
     @property
     def lora_alpha_value(self) -> int:
         return self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_rank
+
+    @property
+    def packing_enabled(self) -> bool:
+        """packing as LLaMA-Factory resolves it: the value given, else on for pre-training; neat_packing implies it."""
+        if self.neat_packing:
+            return True
+        return self.packing if self.packing is not None else self.stage == "pt"
 
     @property
     def method(self) -> str:
@@ -149,16 +193,15 @@ class TrainConfig:
         return Path(self.config_dir) if self.config_dir else Path.cwd()
 
 
-# Other names for our keys, as other tools spell them.
-KEY_ALIASES = {"ulysses_size": "cp_size", "sequence_parallel_size": "cp_size", "context_parallel_size": "cp_size"}
+def _negate(value: Any) -> Any:
+    return (not value) if isinstance(value, bool) else value
 
-# Keys other tools put in their YAML that only tune performance or logging there. We accept them and say so
-# once in the log, rather than refusing a user's existing LLaMA-Factory config.
-ACCEPTED_FOREIGN_KEYS = {
-    "preprocessing_num_workers", "dataloader_num_workers", "ddp_timeout", "overwrite_cache",
-    "include_effective_tokens_per_second", "disable_tqdm", "flash_attn", "use_cache", "enable_thinking",
-    "default_system", "ddp_find_unused_parameters", "dataloader_pin_memory", "logging_dir", "run_name",
-    "preprocessing_batch_size", "tokenized_path", "streaming", "buffer_size", "mix_strategy",
-    "interleave_probs", "trust_remote_code_ack", "disable_gradient_checkpointing", "upcast_layernorm",
-    "use_unsloth", "enable_liger_kernel", "optim", "eval_on_start",
+
+# Other names for our keys, as other tools spell them: alias -> (key, how the value converts).
+KEY_ALIASES: dict[str, tuple[str, Any]] = {
+    "ulysses_size": ("cp_size", None),
+    "sequence_parallel_size": ("cp_size", None),
+    "context_parallel_size": ("cp_size", None),
+    "evaluation_strategy": ("eval_strategy", None),  # the Transformers 4.x spelling
+    "disable_gradient_checkpointing": ("gradient_checkpointing", _negate),  # LLaMA-Factory's switch, inverted
 }

@@ -1,53 +1,43 @@
-"""Every problem in a training config, listed before anything heavy loads."""
+"""Every problem of a training config, listed before anything heavy loads; warnings apart.
+
+``validate(config)`` returns the problems (a run with any of them is refused); ``warnings(config)`` returns what
+is allowed but probably not meant (a LoRA rank as wide as the layers it adapts).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
-import json
+import math
 from pathlib import Path
 
+from engine.config.fields import field_problems
+from engine.config.model_check import local_config, lora_rank_warning, lora_target_problems
+from engine.readers import clip, short_repr
 from engine.config.train import TrainConfig
 from engine.errors import EngineError
 
 
-def _choices_problems(config: TrainConfig) -> list[str]:
-    problems = []
-    for f in dataclasses.fields(config):
-        choices = f.metadata.get("choices")
-        value = getattr(config, f.name)
-        if choices and value is not None and value not in choices:
-            problems.append(f"{f.name}: {value!r} is not one of {', '.join(map(str, choices))}.")
-    return problems
 
-
-def _number_problems(c: TrainConfig) -> list[str]:
+def _relation_problems(c: TrainConfig) -> list[str]:
+    """Rules between keys (each key's own type and range are checked by ``field_problems``)."""
     problems = []
-    positive = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                "cutoff_len", "logging_steps", "save_steps", "lora_rank")
-    for name in positive:
-        if getattr(c, name) <= 0:
-            problems.append(f"{name} must be a positive integer, got {getattr(c, name)}.")
-    if not c.learning_rate > 0:
-        problems.append(f"learning_rate must be > 0, got {c.learning_rate}.")
     if c.max_steps <= 0 and not c.num_train_epochs > 0:
         problems.append("Set max_steps > 0 or num_train_epochs > 0: otherwise nothing would be trained.")
-    if not 0 <= c.warmup_ratio < 1:
-        problems.append(f"warmup_ratio must be in [0, 1), got {c.warmup_ratio}.")
-    if c.max_grad_norm < 0:
-        problems.append("max_grad_norm must be >= 0 (0 disables clipping).")
-    if c.val_size < 0:
-        problems.append("val_size must be >= 0 (a share below 1, or a row count).")
-    if c.max_samples is not None and c.max_samples <= 0:
-        problems.append("max_samples must be a positive integer (or empty for all rows).")
-    if c.save_total_limit is not None and c.save_total_limit <= 0:
-        problems.append("save_total_limit must be >= 1 (or empty to keep every checkpoint).")
-    if not 0 <= c.lora_dropout < 1:
-        problems.append("lora_dropout must be in [0, 1).")
-    if c.cp_size < 1:
-        problems.append("cp_size must be >= 1.")
-    if not 0 <= c.dpo_label_smoothing <= 0.5:
-        problems.append("dpo_label_smoothing must be in [0, 0.5].")
+    if c.val_size >= 1 and not float(c.val_size).is_integer():
+        problems.append(f"val_size {short_repr(c.val_size)}: a value of 1 or more is a row count and must be whole "
+                        "(a share is below 1, e.g. 0.1).")
+    if c.val_size > 0 and c.eval_dataset:
+        problems.append("val_size and eval_dataset are both set: hold out rows (val_size) or name eval data "
+                        "(eval_dataset), not both.")
+    if c.mask_history and c.train_on_prompt:
+        problems.append("mask_history and train_on_prompt are both true: one trains only the last answer, the other "
+                        "every prompt too. Keep one.")
+    if c.finetuning_type == "freeze" and c.freeze_trainable_layers == 0:
+        problems.append("freeze_trainable_layers is 0: no layer would train. Use N > 0 (the last N layers) or "
+                        "N < 0 (the first N).")
+    if c.stage == "dpo" and c.pref_loss != "sigmoid" and c.dpo_label_smoothing > 0:
+        problems.append(f"dpo_label_smoothing only applies to pref_loss: sigmoid (pref_loss is {c.pref_loss}); "
+                        "set it to 0.")
     return problems
 
 
@@ -66,39 +56,53 @@ def _method_problems(c: TrainConfig) -> list[str]:
         problems.append("adapter_name_or_path continues a LoRA adapter; it does not fit finetuning_type "
                         f"{c.finetuning_type}.")
     if c.deepspeed:
-        path = Path(c.deepspeed)
-        if not path.is_absolute() and not path.exists():
-            path = c.base_dir() / path
-        if not path.is_file():
-            problems.append(f"deepspeed: config file {c.deepspeed} not found (looked in the working dir and "
-                            f"{c.base_dir()}).")
-        else:
-            try:
-                json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
-                problems.append(f"deepspeed: {path} is not valid JSON ({exc}).")
-        if importlib.util.find_spec("deepspeed") is None:
-            problems.append("deepspeed is set but the deepspeed package is not installed: "
-                            "`pip install 'lf-assistant[deepspeed]'` (needs a GPU), or remove the deepspeed key.")
+        problems += _deepspeed_problems(c)
+    from engine.trackers import missing_packages
+
+    problems += missing_packages(c.report_to)
+    return problems
+
+
+def _deepspeed_problems(c: TrainConfig) -> list[str]:
+    from engine.readers import read_json
+
+    problems = []
+    path = Path(c.deepspeed)
+    if not path.is_absolute() and not path.exists():
+        path = c.base_dir() / path
+    if not path.is_file():
+        problems.append(f"deepspeed: config file {clip(c.deepspeed, 200)} not found (looked in the working dir and "
+                        f"{c.base_dir()}).")
+    else:
+        try:
+            read_json(path, what="DeepSpeed config")
+        except EngineError as exc:
+            problems.append(f"deepspeed: {exc}")
+    if importlib.util.find_spec("deepspeed") is None:
+        problems.append("deepspeed is set but the deepspeed package is not installed: "
+                        "`pip install 'lf-assistant[deepspeed]'` (needs a GPU), or remove the deepspeed key.")
     return problems
 
 
 def _data_problems(c: TrainConfig) -> list[str]:
     if not c.dataset:
         return ["dataset is empty: name one or more datasets from dataset_info.json (for example identity)."]
-    from engine.data.registry import dataset_file_path, find_dataset_dir, get_dataset_spec
+    from engine.config.paths import dataset_dir_of
+    from engine.data.registry import dataset_file_path, get_dataset_spec
 
-    problems = []
     try:
-        dataset_dir = find_dataset_dir(c.dataset_dir, config_dir=Path(c.config_dir) if c.config_dir else None)
+        dataset_dir = dataset_dir_of(c)
     except EngineError as exc:
         return [str(exc)]
     names = [n.strip() for n in c.dataset.split(",") if n.strip()]
     if c.eval_dataset:
         names += [n.strip() for n in c.eval_dataset.split(",") if n.strip()]
+    problems = []
     for name in names:
         try:
             spec = get_dataset_spec(name, dataset_dir)
+            if spec.file_name:
+                dataset_file_path(spec, dataset_dir)
         except EngineError as exc:
             problems.append(str(exc))
             continue
@@ -126,12 +130,12 @@ def _stage_data_problem(stage: str, name: str, spec) -> str | None:
     has = "pairs" if spec.ranking else "kto" if spec.column("kto_tag") else None
     wants = _STAGE_DATA.get(stage, "conversations")
     if wants == "text":
-        return None if has is None else (f"dataset {name!r} holds {_DATA_WORDS[has]}, but stage pt trains on "
-                                         f"{_DATA_WORDS['text']}.")
+        return None if has is None else (f"dataset {short_repr(name, 60)} holds {_DATA_WORDS[has]}, but stage pt "
+                                         f"trains on {_DATA_WORDS['text']}.")
     if has == wants or (has is None and wants == "conversations"):
         return None
     held = _DATA_WORDS[has] if has else _DATA_WORDS["conversations"]
-    return f"dataset {name!r} holds {held}, but stage {stage} needs {_DATA_WORDS[wants]}."
+    return f"dataset {short_repr(name, 60)} holds {held}, but stage {stage} needs {_DATA_WORDS[wants]}."
 
 
 def _template_problems(c: TrainConfig) -> list[str]:
@@ -144,7 +148,7 @@ def _template_problems(c: TrainConfig) -> list[str]:
 
         near = difflib.get_close_matches(c.template, list(TEMPLATES), n=1)
         hint = f" Did you mean {near[0]!r}?" if near else ""
-        return [f"template {c.template!r} is unknown.{hint} Known: {', '.join(sorted(TEMPLATES))}."]
+        return [f"template {short_repr(c.template, 60)} is unknown.{hint} Known: {', '.join(sorted(TEMPLATES))}."]
     return []
 
 
@@ -155,10 +159,10 @@ def _model_problems(c: TrainConfig) -> list[str]:
         path = Path(model).expanduser()
         looks_local = model.startswith((".", "/", "~")) or path.exists()
         if looks_local and not path.is_dir():
-            problems.append(f"model_name_or_path {model} does not exist. Give an existing folder, a hub id "
+            problems.append(f"model_name_or_path {clip(model, 200)} does not exist. Give an existing folder, a hub id "
                             "(org/name), or leave it empty for the built-in demo model.")
         elif looks_local and not (path / "config.json").is_file():
-            problems.append(f"model_name_or_path {model} has no config.json: it is not a model folder "
+            problems.append(f"model_name_or_path {clip(model, 200)} has no config.json: it is not a model folder "
                             "(or its download is incomplete).")
         elif not looks_local:
             from engine.models.offline import hub_id_problem
@@ -166,6 +170,14 @@ def _model_problems(c: TrainConfig) -> list[str]:
             problem = hub_id_problem(model)
             if problem:
                 problems.append(problem)
+    if model and local_config(model):
+        from engine.models.cache import checkpoint_is_quantized
+
+        method = checkpoint_is_quantized(model)
+        if method:
+            problems.append(f"model_name_or_path {clip(model, 200)} is a pre-quantized checkpoint "
+                            f"({clip(method, 40)}); lf-assistant trains full-precision weights (QLoRA: "
+                            "quantization_bit: 4 on the unquantized model). Use the model's full-precision version.")
     if c.quantization_bit:
         from engine.models.offline import cuda_available
 
@@ -174,15 +186,28 @@ def _model_problems(c: TrainConfig) -> list[str]:
                             "Remove quantization_bit to train plain LoRA on CPU.")
         elif importlib.util.find_spec("bitsandbytes") is None:
             problems.append("quantization_bit needs bitsandbytes: `pip install 'lf-assistant[bnb]'`.")
+    if c.finetuning_type in ("lora", "qlora") and not c.adapter_name_or_path:
+        problems += lora_target_problems(model, c.lora_target)
     return problems
 
 
 def _output_problems(c: TrainConfig) -> list[str]:
-    """A non-empty output_dir that is not ours, or holds another run's results, is never written into silently."""
+    """output_dir never is, holds or lies inside the model, an adapter or the data; a non-empty one that is not
+    ours, or holds another run's results, is never written into silently."""
     if not c.output_dir:
         return []
+    from engine.config.paths import dataset_dir_of, output_overlap_problems
     from engine.ownership import output_dir_problem
 
+    sources = [("model_name_or_path", c.model_name_or_path)]
+    sources += [("adapter_name_or_path", a.strip()) for a in (c.adapter_name_or_path or "").split(",") if a.strip()]
+    try:
+        sources.append(("dataset_dir", dataset_dir_of(c)))
+    except EngineError:
+        pass  # reported by _data_problems
+    problems = output_overlap_problems("output_dir", c.output_dir, sources)
+    if problems:
+        return problems
     problem = output_dir_problem(Path(c.output_dir).expanduser(), None, overwrite=c.overwrite_output_dir,
                                  resume=bool(c.resume_from_checkpoint))
     return [problem] if problem else []
@@ -190,7 +215,23 @@ def _output_problems(c: TrainConfig) -> list[str]:
 
 def validate(config: TrainConfig) -> list[str]:
     """All problems of a training config, as sentences that say what to change. Empty list: good to go."""
-    problems = _choices_problems(config) + _number_problems(config) + _method_problems(config)
-    problems += _template_problems(config) + _model_problems(config) + _output_problems(config)
+    problems = field_problems(config)
+    if not problems:  # relations between out-of-range numbers would only repeat those problems
+        problems = _relation_problems(config)
+    problems += _method_problems(config) + _template_problems(config) + _model_problems(config)
+    problems += _output_problems(config)
     problems += _data_problems(config)
     return problems
+
+
+def warnings(config: TrainConfig) -> list[str]:
+    """What is allowed but probably not meant, as sentences; the CLI prints them before training."""
+    out = []
+    if config.finetuning_type in ("lora", "qlora") and not config.adapter_name_or_path:
+        warning = lora_rank_warning(config.model_name_or_path, config.lora_target, config.lora_rank)
+        if warning:
+            out.append(warning)
+    if config.learning_rate > 0.01 and math.isfinite(config.learning_rate):
+        out.append(f"learning_rate {config.learning_rate:g} is unusually high for fine-tuning (1e-5 to 5e-4 is usual); "
+                   "the loss may diverge.")
+    return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from engine.readers import read_json, short_repr
 from engine.data.files import write_json_atomic
 from engine.errors import DataError
 
@@ -112,27 +113,27 @@ class DatasetSpec:
 
 def parse_spec(name: str, entry: Any) -> DatasetSpec:
     """One dataset_info.json entry -> DatasetSpec; DataError naming the entry and the bad key."""
-    where = f"dataset {name!r} in {INFO_FILE}"
+    where = f"dataset {short_repr(name, 60)} in {INFO_FILE}"
     if not isinstance(entry, dict):
-        raise DataError(f"{where} must be an object such as {{\"file_name\": \"data.json\"}}, not {entry!r}.")
+        raise DataError(f"{where} must be an object such as {{\"file_name\": \"data.json\"}}, not {short_repr(entry)}.")
     if not any(entry.get(key) for key in ("file_name", *REMOTE_KEYS)):
         raise DataError(f"{where} has no file_name. Add \"file_name\": \"<your file>\" (a file inside dataset_dir).")
     formatting = entry.get("formatting", "alpaca")
     if formatting not in FORMATTINGS:
-        raise DataError(f"{where}: formatting {formatting!r} is not one of {', '.join(FORMATTINGS)} "
+        raise DataError(f"{where}: formatting {short_repr(formatting, 40)} is not one of {', '.join(FORMATTINGS)} "
                         "(OpenAI-style messages are sharegpt with role/content tags).")
     columns = _string_map(entry.get("columns", {}), f"{where}: columns", COLUMN_KEYS)
     tags = _string_map(entry.get("tags", {}), f"{where}: tags", tuple(TAG_DEFAULTS))
     ranking = entry.get("ranking", False)
     if not isinstance(ranking, bool):
-        raise DataError(f"{where}: ranking must be true or false, not {ranking!r}.")
+        raise DataError(f"{where}: ranking must be true or false, not {short_repr(ranking, 40)}.")
     num_samples = entry.get("num_samples")
     if num_samples is not None and (not isinstance(num_samples, int) or isinstance(num_samples, bool)
                                     or num_samples < 1):
-        raise DataError(f"{where}: num_samples must be a positive whole number, not {num_samples!r}.")
+        raise DataError(f"{where}: num_samples must be a positive whole number, not {short_repr(num_samples, 40)}.")
     for key in ("file_name", "split", "subset", "folder", *REMOTE_KEYS):
         if entry.get(key) is not None and not isinstance(entry[key], str):
-            raise DataError(f"{where}: {key} must be a string, not {entry[key]!r}.")
+            raise DataError(f"{where}: {key} must be a string, not {short_repr(entry[key])}.")
     known = {key: entry[key] for key in ENTRY_KEYS if key in entry and key not in ("columns", "tags")}
     extra = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
     return DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, **known)
@@ -140,14 +141,14 @@ def parse_spec(name: str, entry: Any) -> DatasetSpec:
 
 def _string_map(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise DataError(f"{where} must be an object of names to strings, not {value!r}.")
+        raise DataError(f"{where} must be an object of names to strings, not {short_repr(value)}.")
     for key, item in value.items():
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else f" Valid keys: {', '.join(allowed)}."
-            raise DataError(f"{where}: unknown key {key!r}.{hint}")
+            raise DataError(f"{where}: unknown key {short_repr(key, 60)}.{hint}")
         if not isinstance(item, str):
-            raise DataError(f"{where}: {key} must be a string, not {item!r}.")
+            raise DataError(f"{where}: {key} must be a string, not {short_repr(item)}.")
     return dict(value)
 
 
@@ -164,7 +165,7 @@ def find_dataset_dir(dataset_dir: str | Path, *, config_dir: Path | None = None)
         if (candidate / INFO_FILE).is_file():
             return candidate.resolve()
     looked = "; ".join(_describe_candidate(candidate) for candidate in candidates)
-    raise DataError(f"No {INFO_FILE} found for dataset_dir {str(dataset_dir)!r}. Looked in: {looked}. "
+    raise DataError(f"No {INFO_FILE} found for dataset_dir {short_repr(str(dataset_dir), 200)}. Looked in: {looked}. "
                     "Set dataset_dir to the folder that holds dataset_info.json (an absolute path always works).")
 
 
@@ -188,15 +189,7 @@ def _read_info(dataset_dir: Path, *, missing_ok: bool = False) -> dict[str, Any]
         if missing_ok:
             return {}
         raise DataError(f"{path} does not exist. Create it (an empty registry is {{}}) or point dataset_dir elsewhere.")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start}). Save it as UTF-8.") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. "
-                        "Fix the syntax (a trailing comma is the usual culprit).") from None
+    data = read_json(path, DataError, what="dataset registry")
     if not isinstance(data, dict):
         raise DataError(f"{path} must hold one JSON object mapping dataset names to entries.")
     return data
@@ -211,7 +204,7 @@ def get_dataset_spec(name: str, dataset_dir: Path) -> DatasetSpec:
         raise DataError(_path_given_message(name, Path(dataset_dir)))
     close = difflib.get_close_matches(name, list(info), n=3, cutoff=0.6)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
-    raise DataError(f"Dataset {name!r} is not registered in {Path(dataset_dir) / INFO_FILE}.{hint} "
+    raise DataError(f"Dataset {short_repr(name, 60)} is not registered in {Path(dataset_dir) / INFO_FILE}.{hint} "
                     f"Registered names: {_short_list(list(info))}.")
 
 
@@ -223,9 +216,9 @@ def _looks_like_path(name: str) -> bool:
 def _path_given_message(name: str, dataset_dir: Path) -> str:
     stem = Path(name).stem or "my_data"
     snippet = json.dumps({stem: {"file_name": Path(name).name}})
-    return (f"{name!r} looks like a file path, but `dataset` takes names registered in {dataset_dir / INFO_FILE}. "
-            f"Copy the file into {dataset_dir} and add an entry such as {snippet} (run `lf-assistant data check "
-            f"{name}` to see its format), then use dataset: {stem}.")
+    return (f"{short_repr(name, 60)} looks like a file path, but `dataset` takes names registered in "
+            f"{dataset_dir / INFO_FILE}. Copy the file into {dataset_dir} and add an entry such as {snippet} (run "
+            f"`lf-assistant data check {short_repr(name, 200)}` to see its format), then use dataset: {stem}.")
 
 
 def _short_list(names: list[str], limit: int = 12) -> str:
@@ -243,14 +236,14 @@ def register_dataset(dataset_dir: Path, name: str, spec: dict, *, overwrite: boo
     """
     dataset_dir = Path(dataset_dir)
     if not name or not isinstance(name, str) or name != name.strip() or "," in name:
-        raise DataError(f"Dataset name {name!r} is not usable: it must be non-empty, without commas or "
+        raise DataError(f"Dataset name {short_repr(name, 60)} is not usable: it must be non-empty, without commas or "
                         "surrounding spaces (configs list several names separated by commas).")
     parsed = parse_spec(name, spec)
     if parsed.file_name is not None:
         dataset_file_path(parsed, dataset_dir, must_exist=False)
     info = _read_info(dataset_dir, missing_ok=True)
     if name in info and info[name] != spec and not overwrite:
-        raise DataError(f"{dataset_dir / INFO_FILE} already has a different entry named {name!r}: "
+        raise DataError(f"{dataset_dir / INFO_FILE} already has a different entry named {short_repr(name, 60)}: "
                         f"{json.dumps(info[name])}. Choose another name or pass overwrite=True.")
     if info.get(name) == spec:
         return
@@ -261,16 +254,17 @@ def register_dataset(dataset_dir: Path, name: str, spec: dict, *, overwrite: boo
 def dataset_file_path(spec: DatasetSpec, dataset_dir: Path, *, must_exist: bool = True) -> Path:
     """Where the entry's file_name lives; it must stay inside dataset_dir (no `..`, no absolute path outside)."""
     if not spec.file_name:
-        raise DataError(f"Dataset {spec.name!r} has no file_name: it lives on a hub "
+        raise DataError(f"Dataset {short_repr(spec.name, 60)} has no file_name: it lives on a hub "
                         f"({spec.hf_hub_url or spec.ms_hub_url or spec.om_hub_url or spec.script_url}).")
     root = Path(os.path.abspath(dataset_dir))
     # Lexical check (abspath, not resolve): a symlink the user placed inside dataset_dir is theirs to make,
     # but a dataset_info.json from elsewhere must not point the engine at arbitrary files.
     target = Path(os.path.abspath(root / spec.file_name))
     if target != root and root not in target.parents:
-        raise DataError(f"Dataset {spec.name!r}: file_name {spec.file_name!r} points outside {root}. "
+        raise DataError(f"Dataset {short_repr(spec.name, 60)}: file_name {short_repr(spec.file_name, 200)} points "
+                        f"outside {root}. "
                         "Dataset files must live inside dataset_dir; copy the file there and use a relative name.")
     if must_exist and not target.exists():
-        raise DataError(f"Dataset {spec.name!r}: file {target} does not exist. Fix file_name in "
+        raise DataError(f"Dataset {short_repr(spec.name, 60)}: file {target} does not exist. Fix file_name in "
                         f"{root / INFO_FILE} or copy the file there.")
     return target

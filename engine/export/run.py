@@ -102,12 +102,14 @@ def _plan(config: ExportConfig) -> tuple[ModelPlan, Path, str]:
             f"{plan.base_model} is a quantized checkpoint ({quantized}); merging an adapter into quantized weights "
             "gives a broken model. Point model_name_or_path at the full-precision (16/32-bit) version of the same "
             "model; the adapter, QLoRA ones included, merges into that.")
+    from engine.config.paths import output_overlap_problems
+
     target = Path(config.export_dir).expanduser().resolve()
-    inputs = [Path(p).expanduser() for p in (plan.base_model, *plan.adapters)]
-    sources = [p.resolve() for p in inputs if p.exists()]
-    if any(target == s or s.is_relative_to(target) for s in sources):
-        raise ConfigError(f"export_dir {target} is (or contains) an input of the export; choose a new folder such as "
-                          f"{target.parent / (target.name + '-export')}.")
+    # The plan's inputs, which may have been resolved from the training run rather than named in the config.
+    inputs = [("model_name_or_path", plan.base_model)] + [("adapter_name_or_path", a) for a in plan.adapters]
+    overlaps = output_overlap_problems("export_dir", target, inputs)
+    if overlaps:
+        raise ConfigError("\n".join(overlaps))
     if target.exists() and any(target.iterdir()) and not (target / EXPORT_RECORD).is_file():
         raise ConfigError(f"export_dir {target} already holds files that are not an earlier export. Choose an empty "
                           "or new folder (an earlier export there is replaced).")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError, ModelError
 from engine.inference.config import ADAPTER_METHODS
+from engine.models.cache import checkpoint_is_quantized  # noqa: F401 - export asks it here
 from engine.jsonio import read_json_dict as _read_json
 
 TRAINING_INFO_FILE = "lfa_training.json"  # written by engine.training.setup.write_training_info
@@ -142,15 +143,6 @@ def _check_adapter_folder(adapter: str) -> None:
 
 def _has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in _TOKENIZER_FILES)
-
-
-def checkpoint_is_quantized(model_name_or_path: str) -> str | None:
-    """The quantization method of a local checkpoint (GPTQ, AWQ, bnb...), or None when it is full precision."""
-    config = _read_json(Path(model_name_or_path).expanduser() / "config.json")
-    quant = config.get("quantization_config")
-    if not quant:
-        return None
-    return str(quant.get("quant_method") or "quantized")
 
 
 def pick_device(requested: str = "auto") -> tuple[str, str | None]:

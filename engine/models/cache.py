@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from engine.jsonio import read_json_dict
+
 Where = Literal["local", "hf_cache", "modelscope_cache", "models_dir"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken", "qwen.tiktoken",
@@ -325,3 +327,12 @@ def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheC
         best.searched = searched
         return best
     return CacheCheck(None, False, None, [f"{model} was not found on this machine"], searched=searched)
+
+
+def checkpoint_is_quantized(model_name_or_path: str) -> str | None:
+    """The quantization method of a local checkpoint (GPTQ, AWQ, bnb...), or None when it is full precision."""
+    config = read_json_dict(Path(model_name_or_path).expanduser() / "config.json")
+    quant = config.get("quantization_config")
+    if not quant:
+        return None
+    return str(quant.get("quant_method") or "quantized")

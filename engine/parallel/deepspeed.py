@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,14 +38,16 @@ def require_deepspeed():
 
 
 def load_deepspeed_config(path: str | Path) -> dict:
+    from engine.readers import read_json
+
     path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(f"deepspeed: {path} does not exist. LLaMA-Factory's examples/deepspeed/ds_z2_config.json "
-                          "or ds_z3_config.json are good starting points.") from None
-    except ValueError as exc:
-        raise ConfigError(f"deepspeed: {path} is not valid JSON ({exc}).") from None
+                          "or ds_z3_config.json are good starting points.")
+    data = read_json(path, what="DeepSpeed config")
+    if not isinstance(data, dict):
+        raise ConfigError(f"deepspeed: {path} must hold one JSON object.")
+    return data
 
 
 def fill_auto_values(ds_config: dict, config, *, world_size: int, hidden_size: int | None = None) -> dict:

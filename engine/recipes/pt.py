@@ -27,7 +27,7 @@ def setup(session: Session) -> Task:
 
     # 1. Data: raw text, tokenized and cut into rows; labels are the inputs themselves.
     texts = session.load_texts(config.dataset)
-    rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing is not False,
+    rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
                      eos=eos_text(session))
     if not rows:
         total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
@@ -37,7 +37,7 @@ def setup(session: Session) -> Task:
     train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
     if config.eval_dataset:
         eval_rows = text_rows(session.load_texts(config.eval_dataset), session.tokenizer, config.cutoff_len,
-                              packing=config.packing is not False, eos=eos_text(session))
+                              packing=config.packing_enabled, eos=eos_text(session))
         eval_samples = [{"input_ids": ids, "labels": list(ids)} for ids in eval_rows]
     logger.info(f"data: {len(texts)} texts -> {len(samples)} rows of up to {config.cutoff_len} tokens -> "
                 f"{len(train_samples)} train / {len(eval_samples)} eval")

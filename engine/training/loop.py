@@ -66,6 +66,11 @@ class RunLogger:
         self.total_steps = 0
         self.input_tokens_seen = 0
         self.trained_tokens_seen = 0
+        self.trackers = None  # engine.trackers.Trackers (report_to), main rank only
+
+    def track(self, step: int, row: dict) -> None:
+        if self.trackers is not None:
+            self.trackers.log(step, {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"})
 
     def status(self, **fields) -> None:
         if self.enabled:
@@ -127,6 +132,7 @@ class RunLogger:
         if not self.enabled:
             return
         self.run.append_metric(row)
+        self.track(step, row)
         self.run.update_status(step=step, loss=row["loss"], eta_s=row["eta_s"], elapsed_s=row["elapsed_s"])
         loss_text = "nan" if math.isnan(row["loss"]) else f"{row['loss']:.4f}"
         self.info(f"step {step}/{self.total_steps} loss {loss_text} lr {lr:.3g} "
@@ -140,6 +146,7 @@ class RunLogger:
         if not self.enabled:
             return
         self.run.append_metric(row)
+        self.track(step, row)
         self.event("eval", step=step, eval_loss=row["eval_loss"])
         extra = "".join(f" {key} {value:.4f}" for key, value in (metrics or {}).items())
         self.info(f"step {step} eval_loss {eval_loss:.4f}{extra}")

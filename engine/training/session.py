@@ -53,10 +53,9 @@ class Session:
         return self.precision.device
 
     def dataset_dir(self) -> Path:
-        from engine.data import find_dataset_dir
+        from engine.config.paths import dataset_dir_of
 
-        config_dir = Path(self.config.config_dir) if self.config.config_dir else None
-        return find_dataset_dir(self.config.dataset_dir, config_dir=config_dir)
+        return dataset_dir_of(self.config)
 
     def load_examples(self, names: str, **kwargs) -> list[dict]:
         from engine.data import load_examples

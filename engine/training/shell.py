@@ -45,9 +45,16 @@ def train(config: TrainConfig, run: RunDir, setup, *, on_log=None, stop: StopFla
     if problems:
         raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
     strategy = setup_strategy(config)
+    logger = RunLogger(run, on_log, enabled=strategy.is_main)
+    if strategy.is_main:
+        from engine.trackers import open_trackers
+
+        logger.trackers = open_trackers(config, run.path, on_error=logger.note)
     try:
-        return _train(config, run, setup, strategy, RunLogger(run, on_log, enabled=strategy.is_main), stop)
+        return _train(config, run, setup, strategy, logger, stop)
     finally:
+        if logger.trackers is not None:
+            logger.trackers.close()
         strategy.close()
 
 

@@ -204,6 +204,6 @@ def test_export_keeps_the_base_dtype(lora_run, demo_model_dir, tmp_path):
 
 
 def test_export_never_writes_over_its_inputs(lora_run, demo_model_dir):
-    for target in (lora_run, demo_model_dir, demo_model_dir.parent):
-        with pytest.raises(ConfigError, match="is \\(or contains\\) an input"):
+    for target in (lora_run, demo_model_dir, demo_model_dir.parent, demo_model_dir / "merged"):
+        with pytest.raises(ConfigError, match="export_dir .* (is|contains|is inside) the .* folder"):
             export_model(export_config(lora_run, demo_model_dir, target))

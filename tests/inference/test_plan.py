@@ -52,7 +52,7 @@ def test_config_errors_name_the_fix():
         load_infer_config({"model_name_or_path": "m", "adapter_name_or_path": "a", "finetuning_type": "full"})
     with pytest.raises(ConfigError, match="full-precision base"):
         load_export_config({"model_name_or_path": "m", "export_dir": "x", "quantization_bit": 4})
-    with pytest.raises(ConfigError, match="export_size must be a positive"):
+    with pytest.raises(ConfigError, match="export_size must be > 0"):
         load_export_config({"model_name_or_path": "m", "export_dir": "x", "export_size": 0})
     with pytest.raises(ConfigError, match="export_dir is empty"):
         load_export_config({"model_name_or_path": "m"})

@@ -1,0 +1,52 @@
+"""LoRA targets and ranks checked against the model before it loads (demo model: hidden 128, k/v width 64)."""
+
+import time
+from pathlib import Path
+
+import engine
+from engine.config import warnings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def config(model, **keys):
+    return engine.load_config({"dataset": "identity", "dataset_dir": str(REPO / "data"),
+                               "model_name_or_path": str(model), **keys})
+
+
+def test_unknown_target_is_named_with_the_model_linear_modules(demo_model_dir):
+    problems = engine.validate(config(demo_model_dir, lora_target="q_proj,bogus"))
+    assert len([p for p in problems if "lora_target" in p]) == 1
+    problem = next(p for p in problems if "lora_target" in p)
+    assert problem.startswith("lora_target 'bogus' matches no module of this model")
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+        assert name in problem
+    assert "lm_head" not in problem
+
+
+def test_targets_that_match_are_accepted(demo_model_dir):
+    for target in ("q_proj,v_proj", "self_attn.o_proj", "all", "mlp.down_proj"):
+        assert engine.validate(config(demo_model_dir, lora_target=target)) == [], target
+
+
+def test_rank_as_wide_as_the_layers_is_a_warning_not_a_problem(demo_model_dir):
+    huge = config(demo_model_dir, lora_rank=4096)
+    assert engine.validate(huge) == []
+    assert any("lora_rank 4096" in w and "64" in w for w in warnings(huge))  # k_proj/v_proj are 64 wide
+    assert "lora_rank must be >= 1 and <= 65536" in engine.validate(config(demo_model_dir, lora_rank=100_000))[0]
+    assert any("(k_proj: 64)" in w for w in warnings(config(demo_model_dir, lora_rank=64, lora_target="k_proj")))
+    assert warnings(config(demo_model_dir, lora_rank=64, lora_target="q_proj")) == []  # q_proj is 128 wide
+    assert warnings(config(demo_model_dir, lora_rank=8)) == []
+
+
+def test_all_targets_are_checked_from_config_json_alone(demo_model_dir):
+    started = time.perf_counter()
+    warnings(config(demo_model_dir, lora_rank=512))
+    engine.validate(config(demo_model_dir))
+    assert time.perf_counter() - started < 2  # no model is built for lora_target: all
+
+
+def test_hub_ids_and_full_training_are_not_inspected():
+    cfg = engine.load_config({"dataset": "identity", "dataset_dir": str(REPO / "data"),
+                              "model_name_or_path": "Qwen/Qwen3-0.6B", "lora_target": "bogus"})
+    assert not any("lora_target" in p for p in engine.validate(cfg))
