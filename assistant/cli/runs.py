@@ -9,8 +9,18 @@ from typing import Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, plain, safe
 from assistant.formatting import fmt_duration
+
+
+def lookup_name(run_id: str) -> str:
+    """A run id (or a unique prefix) to look up; a path to an existing run folder is accepted as it is."""
+    from engine.names import check_name
+
+    folder = Path(run_id)
+    if folder.is_dir() and ((folder / "status.json").is_file() or (folder / "state.json").is_file()):
+        return run_id
+    return check_name("run id", run_id)
 
 
 def _fmt_time(value) -> str:
@@ -44,14 +54,14 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
     for row in rows:
         steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
         loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "-"
-        table.add_row(row["run_id"], Path(str(row.get("model") or "-")).name, str(row.get("method") or "-"),
+        table.add_row(safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name), safe(row.get("method") or "-"),
                       _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at")))
     console.print(table)
 
 
 def _state_text(state: str) -> str:
     colour = {"completed": "green", "running": "cyan", "failed": "red", "stopped": "yellow"}.get(state, "white")
-    return f"[{colour}]{state}[/]"
+    return f"[{colour}]{safe(state)}[/]"
 
 
 @fail_on_engine_error
@@ -64,24 +74,25 @@ def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."
     import engine
 
     console = Console(highlight=False)
-    run = engine.runs.get(run_id, runs_dir)
+    run = engine.runs.get(lookup_name(run_id), runs_dir)
     while True:
         st = run.read_status()
         state = st.get("state", "unknown")
         loss = f"{st['loss']:.4f}" if st.get("loss") is not None else "-"
-        console.print(f"{run.run_id}: {_state_text(state)}  step {st.get('step', 0)}/{st.get('total_steps', '?')}  "
+        console.print(f"{safe(run.run_id)}: {_state_text(state)}  step {safe(st.get('step', 0))}/"
+                      f"{safe(st.get('total_steps', '?'))}  "
                       f"loss {loss}  elapsed {fmt_duration(st.get('elapsed_s'))}  ETA {fmt_duration(st.get('eta_s'))}")
         if not follow or state in ("completed", "failed", "stopped"):
             break
         time.sleep(2)
     if st.get("exit_reason") and state in ("failed", "stopped"):
-        console.print(f"  reason: {st['exit_reason']}", markup=False)
+        console.print(f"  reason: {plain(st['exit_reason'])}", markup=False)
         if st.get("last_checkpoint"):
-            console.print(f"  continue with: lf-assistant resume-train {run.run_id}")
+            console.print(f"  continue with: lf-assistant resume-train {safe(run.run_id)}")
     if st.get("output_dir"):
-        console.print(f"  output: {st['output_dir']}", markup=False)
+        console.print(f"  output: {plain(st['output_dir'])}", markup=False)
     for note in st.get("notes", []):
-        console.print(f"  note: {note}", markup=False)
+        console.print(f"  note: {plain(note)}", markup=False)
     if state == "failed":
         raise typer.Exit(1)
 
@@ -91,9 +102,17 @@ def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[P
          ) -> None:
     """Stop a running training; it saves a checkpoint first and can be resumed."""
     import engine
+    from engine.errors import EngineError
+    from engine.ownership import owns_process
 
-    engine.stop(run_id, runs_dir=runs_dir)
-    typer.echo(f"asked {run_id} to stop; it saves a checkpoint and records 'stopped'.")
+    run = engine.runs.get(lookup_name(run_id), runs_dir)
+    status = run.read_status()
+    if status.get("state") == "running" and not owns_process(status.get("pid"), run.path, status):
+        raise EngineError(f"The status of run {run.run_id} names process {status.get('pid')!r}, which is not its "
+                          "training (the run may have ended and the number been reused). Nothing was signalled; "
+                          f"check with `lf-assistant status {run.run_id}`.")
+    engine.stop(str(run.path), runs_dir=runs_dir)
+    typer.echo(f"asked {plain(run_id)} to stop; it saves a checkpoint and records 'stopped'.")
 
 
 @fail_on_engine_error
@@ -104,5 +123,5 @@ def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or s
     """Continue a failed or stopped run from its newest complete checkpoint."""
     import engine
 
-    handle = engine.resume(run_id, runs_dir=runs_dir, detach=detach)
-    typer.echo(f"resumed {handle.run_id}; follow with: lf-assistant status {handle.run_id} --follow")
+    handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=detach)
+    typer.echo(f"resumed {plain(handle.run_id)}; follow with: lf-assistant status {plain(handle.run_id)} --follow")

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, safe
 from assistant.formatting import fmt_duration
 
 
@@ -30,36 +30,39 @@ def train(
 
     import engine
     from engine.api import ignored_keys
+    from engine.names import check_name
 
     console = Console(highlight=False)
+    if run_id is not None:
+        check_name("run id", run_id)
     cfg = engine.load_config(config, *(overrides or []))
     skipped = ignored_keys(config)
     if skipped:
-        console.print(f"[dim]accepted but not used here: {', '.join(skipped)}[/]")
+        console.print(f"[dim]accepted but not used here: {safe(', '.join(skipped))}[/]")
     problems = engine.validate(cfg)
     if problems:
-        console.print(f"[bold red]{config}: {len(problems)} problem(s)[/]")
+        console.print(f"[bold red]{safe(config)}: {len(problems)} problem(s)[/]")
         for problem in problems:
-            console.print(f"  [red]-[/] {problem}", markup=True, soft_wrap=True)
+            console.print(f"  [red]-[/] {safe(problem)}", markup=True, soft_wrap=True)
         raise typer.Exit(2)
     if check:
-        console.print(f"[green]{config}: no problems found.[/]")
+        console.print(f"[green]{safe(config)}: no problems found.[/]")
         return
     if nproc_per_node:
         cfg.nproc_per_node = nproc_per_node
     if detach or (cfg.nproc_per_node or 1) > 1:
         handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id, nproc_per_node=cfg.nproc_per_node)
         if not detach:
-            console.print(f"run [bold]{handle.run_id}[/] started with {cfg.nproc_per_node} processes")
+            console.print(f"run [bold]{safe(handle.run_id)}[/] started with {cfg.nproc_per_node} processes")
             status = handle.wait()
-            console.print(f"[bold]{status.get('state')}[/]: {status.get('exit_reason') or ''}")
-            console.print(f"  run folder : {handle.path}\n  output     : {status.get('output_dir')}")
+            console.print(f"[bold]{safe(status.get('state'))}[/]: {safe(status.get('exit_reason') or '')}")
+            console.print(f"  run folder : {safe(handle.path)}\n  output     : {safe(status.get('output_dir'))}")
             if status.get("state") != "completed":
                 raise typer.Exit(1)
             return
-        console.print(f"started run [bold]{handle.run_id}[/] (pid {handle.process.pid})")
-        console.print(f"  folder: {handle.path}")
-        console.print(f"  follow: lf-assistant status {handle.run_id} --follow")
+        console.print(f"started run [bold]{safe(handle.run_id)}[/] (pid {handle.process.pid})")
+        console.print(f"  folder: {safe(handle.path)}")
+        console.print(f"  follow: lf-assistant status {safe(handle.run_id)} --follow")
         return
     _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id)
 
@@ -81,16 +84,16 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
         elif "eval_loss" in row:
             progress.console.print(f"  step {row['step']}: eval loss {row['eval_loss']:.4f}")
         elif "message" in row and row["message"].startswith(("NOTE", "resumed", "data:", "model", "trainable")):
-            progress.console.print(f"[dim]{row['message']}[/]")
+            progress.console.print(f"[dim]{safe(row['message'])}[/]")
 
     with progress:
         handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, on_log=on_log)
     status = handle.status()
     final = status.get("final_loss")
-    console.print(f"[bold green]{status.get('state')}[/]: {status.get('step')} steps in "
+    console.print(f"[bold green]{safe(status.get('state'))}[/]: {status.get('step')} steps in "
                   f"{fmt_duration(status.get('runtime_s'))}, final loss {final:.4f}" if final is not None else
-                  f"[bold]{status.get('state')}[/]")
-    console.print(f"  run folder : {handle.path}")
-    console.print(f"  output     : {status.get('output_dir')}")
+                  f"[bold]{safe(status.get('state'))}[/]")
+    console.print(f"  run folder : {safe(handle.path)}")
+    console.print(f"  output     : {safe(status.get('output_dir'))}")
     if status.get("loss_plot"):
-        console.print(f"  loss plot  : {status['loss_plot']}")
+        console.print(f"  loss plot  : {safe(status['loss_plot'])}")
