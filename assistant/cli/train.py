@@ -40,6 +40,8 @@ def train(
     if skipped:
         console.print(f"[dim]accepted but not used here: {safe(', '.join(skipped))}[/]")
     problems = engine.validate(cfg)
+    if check and not problems:
+        problems = _data_problems(cfg)  # --check reads every row, as training will
     if problems:
         console.print(f"[bold red]{safe(config)}: {len(problems)} problem(s)[/]")
         for problem in problems:
@@ -65,6 +67,22 @@ def train(
         console.print(f"  follow: lf-assistant status {safe(handle.run_id)} --follow")
         return
     _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id)
+
+
+def _data_problems(cfg) -> list[str]:
+    """What loading the datasets would refuse (bad rows, duplicate keys, invalid text), as problems."""
+    from engine.data.loader import load_examples
+    from engine.data.registry import find_dataset_dir
+    from engine.errors import DataError
+
+    try:
+        dataset_dir = find_dataset_dir(cfg.dataset_dir, config_dir=Path(cfg.config_dir) if cfg.config_dir else None)
+        for names in (cfg.dataset, cfg.eval_dataset):
+            if names:
+                load_examples(names, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage == "dpo")
+    except DataError as exc:
+        return [str(exc)]
+    return []
 
 
 def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
