@@ -76,7 +76,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
+    # Only a real process id: os.kill(-1, ...) addresses every process of the user, 0 the whole group.
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
         os.kill(pid, 0)

@@ -53,10 +53,16 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
         table.add_column(name, overflow="fold")
     for row in rows:
         steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
-        loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "-"
-        table.add_row(safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name), safe(row.get("method") or "-"),
+        loss = _number(row.get("final_loss"))
+        table.add_row(safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name),
+                      safe(row.get("method") or "-"),
                       _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at")))
     console.print(table)
+
+
+def _number(value) -> str:
+    """A loss for display; "-" when the run files hold none (or something that is not a number)."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
 def _state_text(state: str) -> str:
@@ -78,7 +84,7 @@ def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."
     while True:
         st = run.read_status()
         state = st.get("state", "unknown")
-        loss = f"{st['loss']:.4f}" if st.get("loss") is not None else "-"
+        loss = _number(st.get("loss"))
         console.print(f"{safe(run.run_id)}: {_state_text(state)}  step {safe(st.get('step', 0))}/"
                       f"{safe(st.get('total_steps', '?'))}  "
                       f"loss {loss}  elapsed {fmt_duration(st.get('elapsed_s'))}  ETA {fmt_duration(st.get('eta_s'))}")

@@ -224,7 +224,8 @@ def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
     unknown = [tag for tag in found if tag not in expected]
     if not unknown:
         return []
-    meanings = [f"{shorten(tag, 30)} looks like {ROLE_ALIASES[tag.lower()]}" for tag in unknown if tag.lower() in ROLE_ALIASES]
+    meanings = [f"{shorten(tag, 30)} looks like {ROLE_ALIASES[tag.lower()]}" for tag in unknown
+                if tag.lower() in ROLE_ALIASES]
     hint = f" ({'; '.join(meanings)})" if meanings else ""
     return [Problem(None, spec.tag("role_tag"),
                     f"unknown role tags {_few(unknown)}{hint}. Tags found: "

@@ -268,7 +268,7 @@ def register_dataset(dataset_dir: Path, name: str, spec: dict, *, overwrite: boo
     info = _read_info(dataset_dir, missing_ok=True)
     if name in info and info[name] != spec and not overwrite:
         raise DataError(f"{dataset_dir / INFO_FILE} already has a different entry named {name!r}: "
-                        f"{json.dumps(info[name])}. Choose another name or pass overwrite=True.")
+                        f"{shorten(info[name], 120)}. Choose another name or pass overwrite=True.")
     if info.get(name) == spec:
         return
     info[name] = spec

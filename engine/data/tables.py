@@ -91,7 +91,8 @@ def _open_table(path: Path, kind: FileKind):
     import pyarrow.parquet as pq
 
     if kind == "parquet":
-        return pq.read_table(path)
+        with pq.ParquetFile(path) as source:  # not pq.read_table: its dataset layer rejects repeated column names
+            return source.read()
     try:
         with pa.memory_map(str(path)) as source:
             return pa.ipc.open_file(source).read_all()
@@ -106,6 +107,11 @@ def _usable_columns(table):
     import pyarrow as pa
 
     issues = []
+    names = table.column_names
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        issues.append(RowIssue(None, None, escape_control(name, keep_layout=False), f"the table has "
+                               f"{names.count(name)} columns named {shorten(name, 40)}; only the last would be "
+                               "read. Rename them."))
     for index in reversed(range(table.num_columns)):
         column_type, name = table.schema.field(index).type, table.column_names[index]
         if _holds_bytes(column_type):

@@ -51,7 +51,7 @@ def check_target(target: Path) -> None:
     """Refuse an export_dir that is a file, or a non-empty folder that is not an earlier export of ours."""
     if target.exists() and not target.is_dir():
         raise ConfigError(f"export_dir {target} is a file. Choose a folder path (new, empty, or an earlier export).")
-    if target.is_dir() and any(target.iterdir()) and not (target / RECORD).is_file():
+    if target.is_dir() and any(target.iterdir()) and not _read_record(target):
         raise ConfigError(f"export_dir {target} already holds files that are not an earlier export; nothing was "
                           "changed. Choose an empty or new folder (an earlier lf-assistant export there is "
                           "replaced, keeping files you added to it).")
@@ -67,13 +67,22 @@ def files_of(folder: Path) -> list[str]:
     return sorted(found)
 
 
-def written_by_export(folder: Path) -> set[str]:
-    """The files an earlier export in `folder` wrote, from its record."""
+def _read_record(folder: Path) -> dict:
+    """The folder's lfa_export.json when it is one an export wrote (an operation and its weight files), else {}."""
     try:
         record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
-        return set()
-    if not isinstance(record, dict):
+        return {}
+    if not isinstance(record, dict) or record.get("operation") not in ("merge", "re-save") or \
+            not isinstance(record.get("weight_files"), list):
+        return {}
+    return record
+
+
+def written_by_export(folder: Path) -> set[str]:
+    """The files an earlier export in `folder` wrote, from its record."""
+    record = _read_record(folder)
+    if not record:
         return set()
     if isinstance(record.get("files"), list):
         return {str(name) for name in record["files"]} | {RECORD}
