@@ -77,10 +77,10 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
     try:
         result = _write(config, plan, model, tokenizer, template, staging, target, save_dtype, prints, checks, notes,
                         padding_side, progress)
-        result.notes += install(staging, target)
     except BaseException:
         discard(staging)
         raise
+    result.notes += install(staging, target)  # discards the staging folder itself when it refuses
     return result
 
 

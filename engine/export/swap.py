@@ -97,7 +97,32 @@ def user_files(target: Path) -> list[str]:
 
 
 def install(staging: Path, target: Path) -> list[str]:
-    """Swap the checked export in `staging` into `target`; returns notes. See the module docstring."""
+    """Swap the checked export in `staging` into `target`; returns notes. See the module docstring.
+
+    Until the swap, any failure removes `staging` (new files, and links to kept ones) and leaves `target` as it
+    was. After the swap `staging` holds the earlier export, and only its own files are ever removed from it."""
+    try:
+        kept = _prepare(staging, target)
+        if kept is None:
+            os.rename(staging, target)
+            return []
+        _exchange(staging, target)
+    except BaseException:
+        discard(staging)
+        raise
+    try:
+        leftovers = _remove_old_export(staging, target, kept)
+    except OSError as exc:
+        leftovers = [f"(not tidied: {exc.strerror or exc})"]
+    notes = [f"kept {len(kept)} file(s) you added to {target}: {', '.join(kept[:5])}"] if kept else []
+    if leftovers:
+        notes.append(f"{staging} still holds {', '.join(leftovers[:5])} (not written by an export); it was left "
+                     "as it is.")
+    return notes
+
+
+def _prepare(staging: Path, target: Path) -> list[str] | None:
+    """Record the files, set the modes, link the user's files in; None when there is no earlier export."""
     files = files_of(staging)
     record_path = staging / RECORD
     record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {}
@@ -105,17 +130,9 @@ def install(staging: Path, target: Path) -> list[str]:
     write_text_atomic(record_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     follow_umask(staging)  # mkdtemp made the folder 0700; an export is read by runtimes running as other users
     if not target.exists():
-        os.rename(staging, target)
-        return []
+        return None
     check_target(target)
-    kept = _link_user_files(target, staging, set(record["files"]))
-    _exchange(staging, target)
-    leftovers = _remove_old_export(staging, target, kept)
-    notes = [f"kept {len(kept)} file(s) you added to {target}: {', '.join(kept[:5])}"] if kept else []
-    if leftovers:
-        notes.append(f"{staging} still holds {', '.join(leftovers[:5])} (not written by an export); it was left "
-                     "as it is.")
-    return notes
+    return _link_user_files(target, staging, set(record["files"]))
 
 
 def _link_user_files(target: Path, staging: Path, new_files: set[str]) -> list[str]:

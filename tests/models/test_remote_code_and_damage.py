@@ -7,7 +7,6 @@ import json
 import logging
 import shutil
 import struct
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
