@@ -20,11 +20,11 @@ from engine.config import TrainConfig, config_to_dict, dump_yaml, ignored_keys, 
 from engine.config import validate as _validate
 from engine.config import warnings as _warnings
 from engine.errors import ConfigError, EngineError
+from engine.names import check_name
 from engine.ownership import Lock, acquire, claim_output_dir, handover_env, marker_run
 from engine.runstatus import LIVE_STATES, ProcessIdentity, RunState, RunStatus, load_status_file
 from engine.rundir import RunDir, find_run, new_run_id, runs_root
 
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def validate(config: TrainConfig) -> list[str]:
@@ -77,15 +77,6 @@ class RunHandle:
             time.sleep(poll_s)
 
 
-def check_run_id(run_id: str) -> str:
-    """A run id names a folder under the runs folder: letters, digits, '.', '_', '-', nothing that is a path."""
-    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
-        shown = repr(run_id)[:60]
-        raise ConfigError(f"Run id {shown} is not a plain name: use 1-100 letters, digits, '.', '_' or '-', starting "
-                          "with a letter or digit (no '/', no '..').")
-    return run_id
-
-
 def _run_folder(config: TrainConfig, runs_dir, run_id: str | None, run_dir) -> tuple[RunDir, bool]:
     """The run folder, created now (a generated id never reuses a folder). Returns (run, created)."""
     if run_dir is not None:
@@ -96,7 +87,7 @@ def _run_folder(config: TrainConfig, runs_dir, run_id: str | None, run_dir) -> t
     root = runs_root(runs_dir)
     root.mkdir(parents=True, exist_ok=True)
     if run_id is not None:
-        path = root / check_run_id(run_id)
+        path = root / check_name("run id", run_id)
         created = not path.exists()
         path.mkdir(exist_ok=True)
         return RunDir(path), created
@@ -326,6 +317,10 @@ def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False
     status = run.read_status()
     if status.state not in LIVE_STATES:
         raise EngineError(f"Run {run.run_id} is not running (state: {status.state}).")
+    if status.process is None:
+        raise EngineError(f"Run {run.run_id}'s status names no training process that can be checked (pid, start time "
+                          "and host); it was not started by lf-assistant or its status was edited. Nothing was "
+                          f"signalled; check with `lf-assistant status {run.run_id}`.")
     run.request_stop("lf-assistant stop")
     if force:
         identity = status.process

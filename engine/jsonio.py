@@ -7,22 +7,29 @@ import os
 import tempfile
 from pathlib import Path
 
+from engine.filemodes import mode_for_replacement
+
 
 def read_json_dict(path: str | Path) -> dict:
     """The file's JSON object, or {} when it is missing, unreadable, invalid or not an object."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write through a temp file in the same folder, then os.replace: readers see the old file or the new one."""
+def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> None:
+    """Write through a temp file in the same folder, then os.replace: readers see the old file or the new one.
+
+    The file gets `mode` when given, else the mode of the file it replaces, else 0666 less the umask (as open()
+    would give it; the temp file itself starts at 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    final_mode = mode if mode is not None else mode_for_replacement(path)
     handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, final_mode)
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()

@@ -44,7 +44,7 @@ def runs_root(runs_dir: str | Path | None = None) -> Path:
 def new_run_id(model: str, method: str, when: datetime | None = None) -> str:
     """``<model>_<method>_YYYYMMDD_HHMMSS`` with the model's last path part, safe for a folder name."""
     name = Path(str(model).rstrip("/")).name or "model"
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.").lower() or "model"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).replace("..", "-").strip("-.").lower()[:60] or "model"
     stamp = (when or datetime.now()).strftime("%Y%m%d_%H%M%S")
     return f"{name}_{method}_{stamp}"
 

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, plain, safe
 
 HELP_LINE = "Type a message and press Enter. /clear starts a new conversation, /exit quits."
 
@@ -21,8 +21,9 @@ def chat(
                                                              "max_new_tokens=256 do_sample=false"),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Answer every prompt in this file instead of "
                                            "chatting (.txt: one per line; .jsonl: prompt / instruction / messages)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="With --prompts: the JSONL to write "
-                                       "(default: validation.jsonl beside the prompt file)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="With --prompts: the JSONL to write, a new file or an "
+                                       "earlier validation output (default: validation.jsonl beside the prompt "
+                                       "file; never the prompt file itself)."),
     base: bool = typer.Option(False, "--base", help="With --prompts: also answer with the base model, side by side."),
     batch_size: int = typer.Option(16, "--batch-size", help="With --prompts: prompts generated together."),
     system: Optional[str] = typer.Option(None, "--system", help="System prompt of the conversation."),
@@ -40,14 +41,20 @@ def chat(
 
         console.print(f"[dim]accepted but not used here: {escape(', '.join(infer.unused_keys))}[/]")
     if prompts is not None:
-        _answer_file(console, infer, prompts, out or prompts.with_name("validation.jsonl"), base, batch_size)
+        _answer_file(console, infer, prompts, out or default_out(prompts), base, batch_size, config)
         return
     if out is not None or base:
         console.print("[yellow]--out and --base only apply with --prompts; starting an interactive chat.[/]")
     _interactive(console, infer, system)
 
 
-def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_size: int) -> None:
+def default_out(prompts: Path) -> Path:
+    """validation.jsonl beside the prompt file, or <stem>-answers.jsonl when the prompt file has that name."""
+    out = prompts.with_name("validation.jsonl")
+    return prompts.with_name(f"{prompts.stem}-answers.jsonl") if out.name == prompts.name else out
+
+
+def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_size: int, config: Path) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from engine.inference.validate import run_validation
@@ -56,14 +63,15 @@ def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_siz
                         console=console)
     task = progress.add_task("generate", total=None)
     with progress:
-        rows = run_validation(infer, prompts, out, base=base, batch_size=batch_size,
+        rows = run_validation(infer, prompts, out, base=base, batch_size=batch_size, inputs=(config,),
                               on_progress=lambda done, total: progress.update(task, completed=done, total=total))
-    console.print(f"wrote {len(rows)} answers to [bold]{out}[/] (template {rows[0]['template'] if rows else '-'})")
+    console.print(f"wrote {len(rows)} answers to [bold]{safe(out)}[/] "
+                  f"(template {safe(rows[0]['template']) if rows else '-'})")
     for row in rows[:3]:
-        console.print(f"  [dim]prompt:[/] {row['prompt'][:100]}", markup=True, soft_wrap=True)
+        console.print(f"  [dim]prompt:[/] {safe(row['prompt'][:100])}", markup=True, soft_wrap=True)
         if base:
-            console.print(f"  [dim]base:  [/] {(row['base'] or '')[:100]}", markup=True, soft_wrap=True)
-        console.print(f"  [dim]tuned: [/] {row['tuned'][:100]}", markup=True, soft_wrap=True)
+            console.print(f"  [dim]base:  [/] {safe((row['base'] or '')[:100])}", markup=True, soft_wrap=True)
+        console.print(f"  [dim]tuned: [/] {safe(row['tuned'][:100])}", markup=True, soft_wrap=True)
 
 
 def _interactive(console, infer, system: str | None) -> None:
@@ -73,10 +81,10 @@ def _interactive(console, infer, system: str | None) -> None:
         model = ChatModel(infer)
     plan = model.plan
     adapters = f" + {', '.join(plan.adapters)}" if plan.adapters else ""
-    console.print(f"[bold]{plan.base_model}{adapters}[/] | template [bold]{model.template_name}[/] "
-                  f"({plan.template_origin})", soft_wrap=True)
+    console.print(f"[bold]{safe(plan.base_model + adapters)}[/] | template [bold]{safe(model.template_name)}[/] "
+                  f"({safe(plan.template_origin)})", soft_wrap=True)
     for note in plan.notes:
-        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+        console.print(f"[yellow]note:[/] {safe(note)}", soft_wrap=True)
     console.print(f"[dim]{HELP_LINE}[/]")
     history: list[dict] = []
     try:
@@ -112,7 +120,7 @@ def _stream_answer(model, history: list[dict], system: str | None) -> str | None
     try:
         for piece in stream:
             pieces.append(piece)
-            sys.stdout.write(piece)
+            sys.stdout.write(plain(piece))
             sys.stdout.flush()
     except KeyboardInterrupt:
         stream.close()  # stops generation in its thread

@@ -1,15 +1,55 @@
-"""What every command shares: engine errors become one clear message and exit code 2, never a traceback."""
+"""What every command shares: errors become one clear message and a failing exit code, never a traceback, and
+every value that came from the user or from a file is printed as text, never as rich markup or terminal control.
+
+Rules for printing (each command follows them):
+- a value inside a rich markup string goes through `safe()`: `[bold]` in a path or `dataset=[/x]` stays text, and
+  an escape sequence from a data row is shown as \\x1b instead of reaching the terminal;
+- text printed with markup=False, typer.echo or into a rich Text goes through `plain()`.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import typer
 
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL = 3
+DEBUG_VARIABLE = "LFA_DEBUG"
+
+
+def safe(value: object) -> str:
+    """`value` as text for a rich markup string: control characters shown escaped, markup brackets escaped."""
+    from rich.markup import escape
+
+    from engine.data.text import escape_control
+
+    return escape(escape_control(str(value), keep_layout=False))
+
+
+def plain(value: object, *, keep_layout: bool = True) -> str:
+    """`value` as text to print without markup: control characters (escape sequences) shown escaped."""
+    from engine.data.text import escape_control
+
+    return escape_control(str(value), keep_layout=keep_layout)
+
+
+def _cli_exits() -> tuple[type[BaseException], ...]:
+    """The exceptions typer and click use to end a command on purpose (exit codes, usage errors)."""
+    import click
+    import typer.exceptions
+
+    return (typer.exceptions.Exit, typer.exceptions.Abort, typer.exceptions.TyperException,
+            click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
+
+
+_CLI_EXITS = _cli_exits()
 
 
 def fail_on_engine_error(function):
-    """Wrap a command so EngineError (and a missing optional module) prints a message and exits non-zero."""
+    """Wrap a command: EngineError prints its message (exit 2); a file-system error names the file (exit 2); any
+    other exception is a bug, printed as one line (exit 3) unless LFA_DEBUG=1 asks for the traceback."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -17,24 +57,40 @@ def fail_on_engine_error(function):
 
         try:
             return function(*args, **kwargs)
+        except _CLI_EXITS:
+            raise
         except EngineError as exc:
             print_error(str(exc))
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_USER_ERROR) from None
         except KeyboardInterrupt:
             print_error("interrupted")
             raise typer.Exit(130) from None
+        except OSError as exc:
+            if os.environ.get(DEBUG_VARIABLE):
+                raise
+            print_error(_os_error_message(exc))
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, never a traceback
+            if os.environ.get(DEBUG_VARIABLE):
+                raise
+            print_error(f"unexpected {type(exc).__name__}: {str(exc)[:500]}\nThis is a bug in lf-assistant; run "
+                        f"again with {DEBUG_VARIABLE}=1 for the traceback and report it.")
+            raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper
+
+
+def _os_error_message(exc: OSError) -> str:
+    names = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name)
+    where = f"{names}: " if names else ""
+    return f"{where}{exc.strerror or exc}. Check the path, its permissions and the free disk space."
 
 
 def print_error(message: str) -> None:
     from rich.console import Console
 
-    from rich.markup import escape
-
     console = Console(stderr=True, highlight=False)
     lines = message.splitlines() or [""]
-    # The message may quote user input; escaped, a "[/x]" in it is shown instead of breaking the markup.
-    console.print(f"[bold red]error:[/] {escape(lines[0])}", markup=True, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {safe(lines[0])}", markup=True, soft_wrap=True)
     for line in lines[1:]:
-        console.print(f"  {line}", markup=False, soft_wrap=True)
+        console.print(f"  {plain(line)}", markup=False, soft_wrap=True)

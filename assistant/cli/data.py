@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, plain, safe
 
 app = typer.Typer(help="Check, convert and preview datasets.", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)
@@ -46,9 +46,9 @@ def check(
     if fix is None:
         raise typer.Exit(0 if report.ok else 1)
     fixed = convert_file(file, fix, formatting=file_format, placeholders=values or None)
-    console.print(f"\n[bold]Wrote {fix}[/]")
+    console.print(f"\n[bold]Wrote {safe(fix)}[/]")
     for note in fixed.notes:
-        console.print(f"  - {note}", markup=False)
+        console.print(f"  - {plain(note)}", markup=False)
     _print_report(console, fixed, show_all)
     raise typer.Exit(0 if fixed.ok else 1)
 
@@ -71,7 +71,7 @@ def _print_report(console, report, show_all: bool) -> None:
     errors, warnings = len(report.errors), len(report.warnings)
     kind = f"{report.format}{' preference pairs' if report.ranking else ''}"
     status = "[green]ok[/]" if report.ok else f"[bold red]{errors} error(s)[/]"
-    console.print(f"[bold]{report.path}[/]: {kind}, {report.rows} rows: {status}"
+    console.print(f"[bold]{safe(report.path)}[/]: {kind}, {report.rows} rows: {status}"
                   + (f", [yellow]{warnings} warning(s)[/]" if warnings else ""))
     if report.problems:
         shown = report.problems if show_all else report.problems[:ROWS_SHOWN]
@@ -81,8 +81,8 @@ def _print_report(console, report, show_all: bool) -> None:
         for problem in shown:
             color = "red" if problem.level == "error" else "yellow"
             table.add_row("-" if problem.row is None else str(problem.row),
-                          "" if problem.line is None else str(problem.line), problem.field or "",
-                          f"[{color}]{problem.level}[/]", problem.message.replace("[", "\\["))
+                          "" if problem.line is None else str(problem.line), safe(problem.field or ""),
+                          f"[{color}]{problem.level}[/]", safe(problem.message))
         console.print(table)
         if len(shown) < len(report.problems):
             console.print(f"... and {len(report.problems) - len(shown)} more (--all lists them).")
@@ -90,7 +90,8 @@ def _print_report(console, report, show_all: bool) -> None:
     if report.ok and entry is not None:
         name = report.path.stem
         console.print(f"Register it in dataset_info.json (next to the file) as:\n  "
-                      f"\"{name}\": {json.dumps(entry, ensure_ascii=False)}", markup=False, soft_wrap=True)
+                      f"{plain(json.dumps(name, ensure_ascii=False))}: {plain(json.dumps(entry, ensure_ascii=False))}",
+                      markup=False, soft_wrap=True)
 
 
 @app.command("preview")
@@ -130,12 +131,12 @@ def print_preview(console, result, dataset_dir: Path) -> None:
     """Samples with trained spans in bold green, then the counts."""
     from rich.text import Text
 
-    console.print(f"template [bold]{result.template}[/] | data from {dataset_dir}")
+    console.print(f"template [bold]{safe(result.template)}[/] | data from {safe(dataset_dir)}")
     console.print(Text.assemble("legend: ", ("prompt (not trained)", "dim"), "  ",
                                 ("answer (trained)", "bold green")))
     for source, spans in result.shown:
-        console.rule(source)
-        console.print(Text.assemble(*[(text, "bold green" if trained else "dim") for text, trained in spans]))
+        console.rule(safe(source))
+        console.print(Text.assemble(*[(plain(text), "bold green" if trained else "dim") for text, trained in spans]))
     console.rule()
     share = 100 * result.trained_tokens / result.total_tokens if result.total_tokens else 0.0
     console.print(f"rows {result.rows} -> samples {result.samples} | tokens {result.total_tokens:,} "
@@ -144,4 +145,4 @@ def print_preview(console, result, dataset_dir: Path) -> None:
         console.print(f"[yellow]{result.truncated} sample(s) were cut to cutoff_len.[/]")
     if result.dropped:
         console.print(f"[yellow]{len(result.dropped)} row(s) dropped: no answer token fits in cutoff_len "
-                      f"(first: {result.dropped[0]}).[/]")
+                      f"(first: {safe(result.dropped[0])}).[/]")

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from assistant.cli.common import plain, safe
+
 
 def demo_model(
     name: Annotated[
@@ -29,10 +31,10 @@ def demo_model(
         path = build_demo_model(name, target, force=force)
     spec = DEMO_MODELS[name]
     verb = "Already built" if reused else "Built"
-    console.print(f"[green]{verb}[/green] {name} ({spec.architecture}, template [bold]{spec.template}[/bold])")
-    console.print(str(path), soft_wrap=True, highlight=False)
+    console.print(f"[green]{verb}[/green] {safe(name)} ({spec.architecture}, template [bold]{spec.template}[/bold])")
+    console.print(plain(path), soft_wrap=True, highlight=False, markup=False)
     console.print(
-        f"Use it as model_name_or_path: {path}  with  template: {spec.template}. "
+        f"Use it as model_name_or_path: {safe(path)}  with  template: {spec.template}. "
         "Its weights are random: training shows falling loss, answers are gibberish by design.",
         style="dim",
     )

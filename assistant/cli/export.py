@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, safe
 
 
 @fail_on_engine_error
@@ -33,17 +33,17 @@ def export(
         console.print(f"[dim]accepted but not used here: {escape(', '.join(cfg.unused_keys))}[/]")
     with console.status("exporting...") as status:
         def on_progress(step: int, total: int, text: str) -> None:
-            status.update(f"[{step}/{total}] {text}")
-            console.print(f"[dim][{step}/{total}][/] {text}", soft_wrap=True)
+            status.update(f"\\[{step}/{total}] {safe(text)}")
+            console.print(f"[dim]\\[{step}/{total}][/] {safe(text)}", soft_wrap=True)
 
         result = export_model(cfg, on_progress=on_progress)
     for check in result.checks:
         mark = "[green]ok[/]" if check.passed else "[red]FAILED[/]"
-        console.print(f"  {mark} {check.name}: [dim]{check.detail}[/]", soft_wrap=True)
+        console.print(f"  {mark} {safe(check.name)}: [dim]{safe(check.detail)}[/]", soft_wrap=True)
     for note in result.notes:
-        console.print(f"  [yellow]note:[/] {note}", soft_wrap=True)
+        console.print(f"  [yellow]note:[/] {safe(note)}", soft_wrap=True)
     what = "merged" if result.operation == "merge" else "re-saved (full fine-tune: nothing to merge)"
-    console.print(f"[bold green]exported to {result.export_dir}[/] ({what}; template {result.template}; "
+    console.print(f"[bold green]exported to {safe(result.export_dir)}[/] ({what}; template {safe(result.template)}; "
                   f"{len(result.files)} weight file(s))", soft_wrap=True)
-    console.print(f"  chat with it: lf-assistant chat INFER.yaml model_name_or_path={result.export_dir} "
+    console.print(f"  chat with it: lf-assistant chat INFER.yaml model_name_or_path={safe(result.export_dir)} "
                   "adapter_name_or_path=null", soft_wrap=True)

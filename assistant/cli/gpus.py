@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from assistant.cli.common import safe
+
 CPU_SPEED_NOTE = (
     "On CPU only tiny models train at a usable speed (the demo model: ~5,000 tokens/s; a 0.5B model would take "
     "hours per epoch). Training runs in fp32: bf16 on a CPU without bf16 units is 10-20x slower."
@@ -35,8 +37,8 @@ def gpus(
     if report.gpus:
         console.print(_gpu_table(report))
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]", highlight=False)
-    console.print(advice.message, style="bold green" if advice.kind == "single" else "bold")
+        console.print(f"[dim]note: {safe(note)}[/dim]", highlight=False)
+    console.print(safe(advice.message), style="bold green" if advice.kind == "single" else "bold")
     if advice.kind == "cpu":
         console.print(CPU_SPEED_NOTE, style="dim")
 
@@ -52,8 +54,8 @@ def _gpu_table(report) -> Table:
         if gpu.free:
             state = "[green]free[/green]"
         else:
-            state = "[red]busy[/red]" + (f" by {', '.join(gpu.processes)}" if gpu.processes else "")
-        table.add_row(str(gpu.index), gpu.name, f"{gpu.memory_used_mib / 1024:.1f} GiB",
+            state = "[red]busy[/red]" + (f" by {safe(', '.join(gpu.processes))}" if gpu.processes else "")
+        table.add_row(str(gpu.index), safe(gpu.name), f"{gpu.memory_used_mib / 1024:.1f} GiB",
                       f"{gpu.memory_total_mib / 1024:.1f} GiB", util, state)
     return table
 

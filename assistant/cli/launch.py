@@ -8,11 +8,14 @@ Either way the run folder is prepared first (lf_runs/<run_id>/ with its sft.yaml
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from assistant.cli.common import plain
 
 
 def launch(
@@ -34,13 +37,16 @@ def launch(
     """Train on several processes through torchrun, or print the command for every node (and a SLURM script)."""
     import engine
     from engine.api import plan_launch, prepare_run
+    from engine.names import check_name
 
+    if run_id is not None:
+        check_name("run id", run_id)
     cfg = engine.load_config(config, *(overrides or []))
     problems = engine.validate(cfg)
     if problems:
-        typer.echo(f"{config}: {len(problems)} problem(s)", err=True)
+        typer.echo(f"{plain(config)}: {len(problems)} problem(s)", err=True)
         for problem in problems:
-            typer.echo(f"  - {problem}", err=True)
+            typer.echo(f"  - {plain(problem)}", err=True)
         raise typer.Exit(2)
     resolved, run = prepare_run(cfg, runs_dir=runs_dir, run_id=run_id)
     if gpus:
@@ -52,10 +58,13 @@ def launch(
     if slurm:
         (run.path / "launch.sbatch").write_text(plan.sbatch_script(), encoding="utf-8")
     if print_only or nnodes > 1:
-        typer.echo(text)
+        # The files hold the exact scripts; the terminal gets them with control characters shown, not obeyed.
+        typer.echo(plain(text))
         if slurm:
-            typer.echo(f"\n# SLURM: sbatch {run.path / 'launch.sbatch'}\n" + plan.sbatch_script())
-        typer.echo(f"\n# run folder: {run.path} (follow: lf-assistant status {run.run_id} --follow)")
+            submit = shlex.join(["sbatch", str(run.path / "launch.sbatch")])
+            typer.echo(f"\n# SLURM: {plain(submit, keep_layout=False)}\n" + plain(plan.sbatch_script()))
+        typer.echo(f"\n# run folder: {plain(run.path, keep_layout=False)} (follow: lf-assistant status "
+                   f"{plain(run.run_id, keep_layout=False)} --follow)")
         return
     _start_here(run, resolved.stage, plan.nproc_per_node, detach)
 
@@ -75,10 +84,10 @@ def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
     from engine.api import RunHandle, launch_detached, wait_and_record
 
     process = launch_detached(run, stage, nproc_per_node=nproc)
-    typer.echo(f"started run {run.run_id}: {nproc} process(es), launcher pid {process.pid}")
-    typer.echo(f"  folder: {run.path}   log: {run.log_path}")
+    typer.echo(f"started run {plain(run.run_id)}: {nproc} process(es), launcher pid {process.pid}")
+    typer.echo(f"  folder: {plain(run.path)}   log: {plain(run.log_path)}")
     if detach:
-        typer.echo(f"  follow: lf-assistant status {run.run_id} --follow")
+        typer.echo(f"  follow: lf-assistant status {plain(run.run_id)} --follow")
         return
     last_step = None
     while process.poll() is None:
@@ -89,7 +98,7 @@ def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
         time.sleep(1.0)
     status = wait_and_record(RunHandle(run, process))
     state = status.state
-    typer.echo(f"{state}: {status.step} steps; {status.exit_reason or ''}".rstrip("; "))
+    typer.echo(plain(f"{state}: {status.step} steps; {status.exit_reason or ''}".rstrip("; ")))
     if state != "completed":
-        typer.echo(f"  see {run.log_path}", err=True)
+        typer.echo(f"  see {plain(run.log_path)}", err=True)
         raise typer.Exit(1)

@@ -39,6 +39,8 @@ def main(
         return
     from assistant.cli.tui import launch_tui
 
+    if resume is not None:
+        resume = fail_on_engine_error(runs_cli.lookup_name)(resume)
     fail_on_engine_error(launch_tui)(resume=resume, lang=lang, runs_dir=runs_dir)
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, safe
 from assistant.formatting import fmt_duration
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -60,9 +60,9 @@ def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name,
     for method in entry.examples:
         path, note = nearest_example(entry.family, method)
         console.print(f"  {method:<12}  {path.relative_to(path.parents[1])}" + (f"  [dim]({note})[/dim]" if note else ""))
-    console.print(f"  local:        {find_local_model(entry.id).summary()}", soft_wrap=True)
+    console.print(f"  local:        {safe(find_local_model(entry.id).summary())}", soft_wrap=True)
     for warning in resolve_model(entry.id).warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] {safe(warning)}", soft_wrap=True)
 
 
 @app.command("check")
@@ -78,22 +78,35 @@ def check(
 
     result = find_local_model(model, models_dir=models_dir)
     style = "green" if result.complete else "red"
-    console.print(f"[{style}]{result.summary()}[/{style}]", soft_wrap=True)
+    console.print(f"[{style}]{safe(result.summary())}[/{style}]", soft_wrap=True)
+    if result.path is not None and Path(result.path).is_dir():
+        _print_remote_code(Path(result.path))
     is_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
     if result.path is None and not is_hub_id:
         raise typer.Exit(1)
     try:
         res = resolve_model(str(result.path) if result.path else model)
-        console.print(f"family {res.family}, template [bold]{res.template}[/bold] (rule: {res.rule}, {res.detail})")
+        console.print(f"family {safe(res.family)}, template [bold]{safe(res.template)}[/bold] "
+                      f"(rule: {safe(res.rule)}, {safe(res.detail)})")
         for warning in res.warnings:
-            console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
+            console.print(f"[yellow]warning:[/yellow] {safe(warning)}", soft_wrap=True)
     except ModelError as exc:
-        console.print(f"[yellow]template:[/yellow] {exc}", soft_wrap=True)
+        console.print(f"[yellow]template:[/yellow] {safe(exc)}", soft_wrap=True)
     if not result.complete:
         if is_hub_id:
-            console.print(f"Download (or finish downloading) it with: lf-assistant models download {model}",
+            console.print(f"Download (or finish downloading) it with: lf-assistant models download {safe(model)}",
                           style="dim")
         raise typer.Exit(1)
+
+
+def _print_remote_code(folder: Path) -> None:
+    """Name the Python files `trust_remote_code: true` would run from this folder (none for most models)."""
+    from engine.models.remote_code import remote_code_files
+
+    code = remote_code_files(folder)
+    if code.files or code.elsewhere or code.missing:
+        console.print(f"[yellow]custom code:[/yellow] with trust_remote_code: true, loading it runs "
+                      f"{safe(code.describe())}", soft_wrap=True)
 
 
 @app.command("download")
@@ -108,16 +121,16 @@ def download(
     from engine.models.download import start_download
 
     job = start_download(model_id, source=source, out_dir=out)  # type: ignore[arg-type]
-    console.print(f"{job.progress.message}\n{job.repo_id} -> {job.target}", soft_wrap=True)
+    console.print(f"{safe(job.progress.message)}\n{safe(job.repo_id)} -> {safe(job.target)}", soft_wrap=True)
     try:
         final = _follow(job)
     except KeyboardInterrupt:
         job.cancel()
         final = job.wait(10)
     if final.error:
-        console.print(f"[red]{final.error}[/red]", soft_wrap=True)
+        console.print(f"[red]{safe(final.error)}[/red]", soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"[green]{final.message}[/green]", soft_wrap=True)
+    console.print(f"[green]{safe(final.message)}[/green]", soft_wrap=True)
 
 
 def _follow(job):
@@ -128,7 +141,7 @@ def _follow(job):
         last = 0.0
         while not (progress := job.wait(1.0)).done:
             if time.monotonic() - last >= 10:
-                console.print(_line(progress), soft_wrap=True)
+                console.print(safe(_line(progress)), soft_wrap=True)
                 last = time.monotonic()
         return progress
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[info]}"))
@@ -136,9 +149,9 @@ def _follow(job):
         task = bar.add_task("download", total=None, info="")
         while not (progress := job.wait(0.5)).done:
             bar.update(task, total=progress.total_bytes, completed=progress.downloaded_bytes,
-                       info=_line(progress, short=True))
+                       info=safe(_line(progress, short=True)))
             if progress.message.startswith("Slow"):
-                bar.console.print(f"[yellow]{progress.message}[/yellow]", soft_wrap=True)
+                bar.console.print(f"[yellow]{safe(progress.message)}[/yellow]", soft_wrap=True)
     return progress
 
 

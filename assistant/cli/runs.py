@@ -9,8 +9,18 @@ from typing import Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, plain, safe
 from assistant.formatting import fmt_duration
+
+
+def lookup_name(run_id: str) -> str:
+    """A run id (or a unique prefix) to look up; a path to an existing run folder is accepted as it is."""
+    from engine.names import check_name
+
+    folder = Path(run_id)
+    if folder.is_dir() and ((folder / "status.json").is_file() or (folder / "state.json").is_file()):
+        return run_id
+    return check_name("run id", run_id)
 
 
 def _fmt_time(value) -> str:
@@ -43,15 +53,21 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
         table.add_column(name, overflow="fold")
     for row in rows:
         steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
-        loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "-"
-        table.add_row(row["run_id"], Path(str(row.get("model") or "-")).name, str(row.get("method") or "-"),
+        loss = _number(row.get("final_loss"))
+        table.add_row(safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name),
+                      safe(row.get("method") or "-"),
                       _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at")))
     console.print(table)
 
 
+def _number(value) -> str:
+    """A loss for display; "-" when the run files hold none (or something that is not a number)."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 def _state_text(state: str) -> str:
     colour = {"completed": "green", "running": "cyan", "failed": "red", "stopped": "yellow"}.get(state, "white")
-    return f"[{colour}]{state}[/]"
+    return f"[{colour}]{safe(state)}[/]"
 
 
 @fail_on_engine_error
@@ -64,25 +80,25 @@ def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."
     import engine
 
     console = Console(highlight=False)
-    run = engine.runs.get(run_id, runs_dir)
+    run = engine.runs.get(lookup_name(run_id), runs_dir)
     while True:
         st = run.read_status()
         state = st.state
-        loss = f"{st.loss:.4f}" if st.loss is not None else "-"
+        loss = _number(st.loss)
         eta = None if st.is_terminal else st.eta_s
-        console.print(f"{run.run_id}: {_state_text(state)}  step {st.step}/{st.total_steps or '?'}  "
+        console.print(f"{safe(run.run_id)}: {_state_text(state)}  step {st.step}/{st.total_steps or '?'}  "
                       f"loss {loss}  elapsed {fmt_duration(st.elapsed_s)}  ETA {fmt_duration(eta)}")
         if not follow or st.is_terminal:
             break
         time.sleep(2)
     if st.exit_reason and state in ("failed", "stopped"):
-        console.print(f"  reason: {st.exit_reason}", markup=False)
+        console.print(f"  reason: {plain(st.exit_reason)}", markup=False)
         if st.last_checkpoint:
-            console.print(f"  continue with: lf-assistant resume-train {run.run_id}", markup=False)
+            console.print(f"  continue with: lf-assistant resume-train {safe(run.run_id)}")
     if st.output_dir:
-        console.print(f"  output: {st.output_dir}", markup=False)
+        console.print(f"  output: {plain(st.output_dir)}", markup=False)
     for note in st.notes:
-        console.print(f"  note: {note}", markup=False)
+        console.print(f"  note: {plain(note)}", markup=False)
     if state == "failed":
         raise typer.Exit(1)
 
@@ -94,8 +110,9 @@ def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[P
     """Stop a running training at the end of its current step; it saves a checkpoint first and can be resumed."""
     import engine
 
-    engine.stop(run_id, runs_dir=runs_dir, force=force)
-    typer.echo(f"asked {run_id} to stop; it finishes its step, saves a checkpoint and records 'stopped'.")
+    run = engine.runs.get(lookup_name(run_id), runs_dir)
+    engine.stop(str(run.path), runs_dir=runs_dir, force=force)
+    typer.echo(f"asked {plain(run_id)} to stop; it finishes its step, saves a checkpoint and records 'stopped'.")
 
 
 @fail_on_engine_error
@@ -106,5 +123,5 @@ def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or s
     """Continue a failed or stopped run from its newest complete checkpoint."""
     import engine
 
-    handle = engine.resume(run_id, runs_dir=runs_dir, detach=detach)
-    typer.echo(f"resumed {handle.run_id}; follow with: lf-assistant status {handle.run_id} --follow")
+    handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=detach)
+    typer.echo(f"resumed {plain(handle.run_id)}; follow with: lf-assistant status {plain(handle.run_id)} --follow")

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import fail_on_engine_error, safe
 from assistant.formatting import fmt_duration
 
 
@@ -27,50 +27,52 @@ def train(
     """Fine-tune a model from a YAML config. Writes lf_runs/<run_id>/ (config, log, metrics, status) and the
     adapter or model into output_dir."""
     from rich.console import Console
-    from rich.markup import escape
 
     import engine
     from engine.api import config_warnings
+    from engine.names import check_name
 
     console = Console(highlight=False)
+    if run_id is not None:
+        check_name("run id", run_id)
     cfg = engine.load_config(config, *(overrides or []))
     if cfg.unused_keys:
-        console.print(f"[dim]accepted but not used here: {escape(', '.join(cfg.unused_keys))}[/]")
+        console.print(f"[dim]accepted but not used here: {safe(', '.join(cfg.unused_keys))}[/]")
     problems = engine.validate(cfg)
+    if check and not problems:
+        problems = _data_problems(cfg)  # --check reads every row, as training will
     if problems:
-        console.print(f"[bold red]{escape(str(config))}: {len(problems)} problem(s)[/]")
+        console.print(f"[bold red]{safe(config)}: {len(problems)} problem(s)[/]")
         for problem in problems:
-            console.print(f"  [red]-[/] {escape(problem)}", markup=True, soft_wrap=True)
+            console.print(f"  [red]-[/] {safe(problem)}", markup=True, soft_wrap=True)
         raise typer.Exit(2)
     for warning in config_warnings(cfg):
-        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     if check:
         _print_default_differences(cfg, console)
-        console.print(f"[green]{escape(str(config))}: no problems found.[/]")
+        console.print(f"[green]{safe(config)}: no problems found.[/]")
         return
     if nproc_per_node:
         cfg.nproc_per_node = nproc_per_node
     if detach or (cfg.nproc_per_node or 1) > 1:
         handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id, nproc_per_node=cfg.nproc_per_node)
         if not detach:
-            console.print(f"run [bold]{handle.run_id}[/] started with {cfg.nproc_per_node} processes")
+            console.print(f"run [bold]{safe(handle.run_id)}[/] started with {cfg.nproc_per_node} processes")
             status = handle.wait()
-            console.print(f"[bold]{status.state}[/]: {escape(status.exit_reason or '')}")
-            console.print(f"  run folder : {handle.path}\n  output     : {status.output_dir}", markup=False)
+            console.print(f"[bold]{safe(status.state)}[/]: {safe(status.exit_reason or '')}")
+            console.print(f"  run folder : {safe(handle.path)}\n  output     : {safe(status.output_dir)}")
             if status.state != "completed":
                 raise typer.Exit(1)
             return
-        console.print(f"started run [bold]{handle.run_id}[/] (pid {handle.process.pid})")
-        console.print(f"  folder: {handle.path}")
-        console.print(f"  follow: lf-assistant status {handle.run_id} --follow")
+        console.print(f"started run [bold]{safe(handle.run_id)}[/] (pid {handle.process.pid})")
+        console.print(f"  folder: {safe(handle.path)}")
+        console.print(f"  follow: lf-assistant status {safe(handle.run_id)} --follow")
         return
     _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id)
 
 
 def _print_default_differences(cfg, console) -> None:
     """Keys the config omits whose default here differs from LLaMA-Factory's, with the reason."""
-    from rich.markup import escape
-
     from engine.config import default_differences
 
     rows = default_differences(cfg)
@@ -78,8 +80,28 @@ def _print_default_differences(cfg, console) -> None:
         return
     console.print("[bold]defaults that differ from LLaMA-Factory's[/] (keys this config omits):")
     for row in rows:
-        console.print(f"  {row.key}: {escape(str(row.ours))} here, {escape(str(row.lf_default))} in LLaMA-Factory "
-                      f"[dim]({escape(row.reason)})[/]", soft_wrap=True)
+        console.print(f"  {row.key}: {safe(row.ours)} here, {safe(row.lf_default)} in LLaMA-Factory "
+                      f"[dim]({safe(row.reason)})[/]", soft_wrap=True)
+
+
+def _data_problems(cfg) -> list[str]:
+    """What loading the datasets would refuse (bad rows, duplicate keys, invalid text), as problems."""
+    from engine.config.paths import dataset_dir_of
+    from engine.data.loader import load_examples, load_texts
+    from engine.errors import DataError
+
+    try:
+        dataset_dir = dataset_dir_of(cfg)
+        for names in (cfg.dataset, cfg.eval_dataset):
+            if not names:
+                continue
+            if cfg.stage == "pt":
+                load_texts(names, dataset_dir, max_samples=cfg.max_samples)
+            else:
+                load_examples(names, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage in ("dpo", "rm"))
+    except DataError as exc:
+        return [str(exc)]
+    return []
 
 
 def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
@@ -99,16 +121,16 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
         elif "eval_loss" in row:
             progress.console.print(f"  step {row['step']}: eval loss {row['eval_loss']:.4f}")
         elif "message" in row and row["message"].startswith(("NOTE", "resumed", "data:", "model", "trainable")):
-            progress.console.print(f"[dim]{row['message']}[/]")
+            progress.console.print(f"[dim]{safe(row['message'])}[/]")
 
     with progress:
         handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, on_log=on_log)
     status = handle.status()
     final = status.final_loss
-    console.print(f"[bold green]{status.state}[/]: {status.step} steps in "
+    console.print(f"[bold green]{safe(status.state)}[/]: {status.step} steps in "
                   f"{fmt_duration(status.runtime_s)}, final loss {final:.4f}" if final is not None else
-                  f"[bold]{status.state}[/]")
-    console.print(f"  run folder : {handle.path}")
-    console.print(f"  output     : {status.output_dir}", markup=False)
+                  f"[bold]{safe(status.state)}[/]")
+    console.print(f"  run folder : {safe(handle.path)}")
+    console.print(f"  output     : {safe(status.output_dir)}")
     if status.loss_plot:
-        console.print(f"  loss plot  : {status.loss_plot}", markup=False)
+        console.print(f"  loss plot  : {safe(status.loss_plot)}")

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.data.files import read_rows, refuse_output_path, write_rows_atomic
+from engine.data.files import RowsRead, read_rows, refuse_output_path, write_rows_atomic
 from engine.data.formats import ROLE_ALIASES, RowError, convert_record
 from engine.data.registry import TAG_DEFAULTS, DatasetSpec
 from engine.data.repair import ALPACA_FIELDS, fill_row, repair_rows
+from engine.data.text import escape_control, find_control, shorten
 from engine.errors import DataError
 
 FileFormat = Literal["alpaca", "sharegpt", "openai", "unknown"]
@@ -127,6 +128,7 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
     read = read_rows(path)
     problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
                 for line, message in read.bad_lines]
+    problems += read_problems(read) + control_problems(read)
     file_format, ranking = detect_format(read.rows)
     if spec is not None:
         file_format = "alpaca" if spec.formatting == "alpaca" else _messages_flavour(read.rows, spec)
@@ -148,6 +150,25 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
     return CheckReport(path, file_format, rows, problems, ranking=ranking, spec=spec)
 
 
+def read_problems(read: RowsRead) -> list[Problem]:
+    """What the reader noticed (duplicate keys, invalid Unicode, CSV widths, bytes columns): errors, because the
+    loader refuses a file that has any."""
+    return [Problem(issue.row, issue.field, issue.message, line=issue.line) for issue in read.issues]
+
+
+def control_problems(read: RowsRead) -> list[Problem]:
+    """One warning for rows whose text holds control characters (terminal escape sequences, bidi overrides):
+    rarely meant as training data, and able to rewrite a terminal that prints them raw."""
+    found = [(index, hit) for index, row in enumerate(read.rows) if (hit := find_control(row)) is not None]
+    if not found:
+        return []
+    index, (field_path, text, position) = found[0]
+    excerpt = escape_control(text[max(0, position - 15):position + 15], keep_layout=False)
+    return [Problem(index + 1, field_path or None, f"{len(found)} row(s) hold control characters, first here: "
+                    f"...{excerpt}... (shown escaped). Check that escape sequences belong in the training text.",
+                    "warning", read.lines[index])]
+
+
 def _forced_format(formatting: str, detected: FileFormat, rows: list[Any]) -> FileFormat:
     if formatting == "alpaca":
         return "alpaca"
@@ -162,7 +183,7 @@ def _messages_flavour(rows: list[Any], spec: DatasetSpec) -> FileFormat:
 
 def _unknown_format_message(rows: list[Any]) -> str:
     keys = Counter(key for row in rows[:200] if isinstance(row, dict) for key in row)
-    found = ", ".join(key for key, _ in keys.most_common(8)) or "no named fields"
+    found = ", ".join(shorten(key, 30) for key, _ in keys.most_common(8)) or "no named fields"
     return (f"Cannot tell the format: rows have {found}. Expected alpaca (instruction, input, output), sharegpt "
             "(conversations: [{from, value}]) or openai (messages: [{role, content}]).")
 
@@ -203,12 +224,25 @@ def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
     unknown = [tag for tag in found if tag not in expected]
     if not unknown:
         return []
-    meanings = [f"{tag!r} looks like {ROLE_ALIASES[tag.lower()]}" for tag in unknown if tag.lower() in ROLE_ALIASES]
+    meanings = [f"{shorten(tag, 30)} looks like {ROLE_ALIASES[tag.lower()]}" for tag in unknown
+                if tag.lower() in ROLE_ALIASES]
     hint = f" ({'; '.join(meanings)})" if meanings else ""
     return [Problem(None, spec.tag("role_tag"),
-                    f"unknown role tags {', '.join(map(repr, unknown))}{hint}. Tags found: "
-                    f"{', '.join(f'{tag} ({count})' for tag, count in found.most_common())}; expected: "
+                    f"unknown role tags {_few(unknown)}{hint}. Tags found: "
+                    f"{_few([f'{_label(tag)} ({count})' for tag, count in found.most_common()], quote=False)}"
+                    "; expected: "
                     f"{', '.join(expected)}. Set \"tags\" in dataset_info.json, or write a fixed copy with --fix.")]
+
+
+def _label(text: str, limit: int = 30) -> str:
+    """Text from the data, unquoted, for a list in a message: cut to `limit`, control characters escaped."""
+    return escape_control(text[:limit], keep_layout=False) + ("..." if len(text) > limit else "")
+
+
+def _few(items: list[str], limit: int = 8, *, quote: bool = True) -> str:
+    """At most `limit` items for a message, each shortened (and quoted), with how many more there are."""
+    shown = [shorten(item, 30) if quote else item for item in items[:limit]]
+    return ", ".join(shown) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def _alias_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
@@ -322,6 +356,8 @@ def convert_file(path: Path, out_path: Path, *, formatting: str | None = None,
     if file_format == "unknown":
         raise DataError(f"{path}: {_unknown_format_message(read.rows)}")
     notes = [f"skipped line {line} (not valid JSON)" for line, _ in read.bad_lines]
+    notes += [f"{'file' if issue.row is None else f'row {issue.row}'}: {issue.message} (the copy keeps the row "
+              "as read)" for issue in read.issues]
     rows, repair_notes = repair_rows(read.rows, file_format, ranking)
     notes += repair_notes
     if placeholders:

@@ -7,14 +7,14 @@ writers take a new path and replace it atomically (temp file in the same folder 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from engine.data.text import (MAX_DEPTH, escape_control, find_bad_text, replace_bad_text, shorten,
+                              too_deep)
 from engine.errors import DataError
 from engine.jsonio import write_text_atomic
 
@@ -23,6 +23,17 @@ SUFFIX_KINDS: dict[str, FileKind] = {
     ".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text",
 }
 _SNIFF_BYTES = 8192
+
+
+@dataclass
+class RowIssue:
+    """A problem found while reading: the row keeps going (screened), the loader refuses the file."""
+
+    row: int | None
+    """Rows count from 1; None: the whole file (a CSV header, a column of a table)."""
+    line: int | None
+    field: str | None
+    message: str
 
 
 @dataclass
@@ -35,6 +46,77 @@ class RowsRead:
     lines: list[int | None] = field(default_factory=list)
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
     """(line number, parser message) for JSON lines that could not be read; their rows are skipped."""
+    issues: list[RowIssue] = field(default_factory=list)
+    """Rows that were read but are not what they seem: duplicate keys, text that is not valid Unicode, CSV rows
+    of the wrong width, table columns of bytes. Their rows stay (screened: safe to print), but they are errors."""
+
+    def add(self, row: Any, line: int | None, duplicates: list[str] = ()) -> None:
+        """Append one row; note its duplicate keys, and replace text no UTF-8 writer accepts (noted too)."""
+        number = len(self.rows) + 1
+        if duplicates:
+            self.issues.append(RowIssue(number, line, escape_control(duplicates[0], keep_layout=False),
+                                        _duplicate_message(duplicates)))
+        bad = find_bad_text(row)
+        if bad is not None:
+            field_path, text, position = bad
+            self.issues.append(RowIssue(number, line, field_path or None, _surrogate_message(text, position)))
+            row = replace_bad_text(row)
+        self.rows.append(row)
+        self.lines.append(line)
+
+
+def _duplicate_message(keys: list[str]) -> str:
+    names = ", ".join(shorten(key, 40) for key in keys[:3]) + (" ..." if len(keys) > 3 else "")
+    return (f"duplicate key {names}: JSON keeps only the last value and drops the others silently. Keep one "
+            "of them (rename or merge the values).")
+
+
+def _surrogate_message(text: str, position: int) -> str:
+    return (f"text that is not valid Unicode: a lone surrogate \\u{ord(text[position]):04x} at character "
+            f"{position + 1} ({shorten(text[max(0, position - 20):position + 20], 50)}). A \\ud800-\\udfff "
+            "escape must be half of a pair; fix or remove it (shown as \ufffd here).")
+
+
+class JsonTooDeep(Exception):
+    """A JSON value nests deeper than MAX_DEPTH (or than the parser's own recursion limit)."""
+
+
+class JsonReader:
+    """json decoding that notices what json.loads hides: duplicate keys (it keeps the last one silently) and
+    nesting deep enough to overflow the parser or any code that walks the value afterwards."""
+
+    def __init__(self) -> None:
+        self.duplicates: list[str] = []
+        """The duplicate keys of the last value decoded."""
+        self._decoder = json.JSONDecoder(object_pairs_hook=self._object)
+
+    def _object(self, pairs: list[tuple[str, Any]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen and key not in self.duplicates:
+                    self.duplicates.append(key)
+                seen.add(key)
+        return obj
+
+    def decode(self, text: str, pos: int = 0) -> tuple[Any, int]:
+        """(value, end) of the JSON value at `pos`; ValueError when invalid, JsonTooDeep when too deep."""
+        self.duplicates = []
+        try:
+            value, end = self._decoder.raw_decode(text, pos)
+        except RecursionError:
+            raise JsonTooDeep() from None
+        if too_deep(value):
+            raise JsonTooDeep()
+        return value, end
+
+    def decode_all(self, text: str) -> Any:
+        """The one JSON value `text` holds (surrounding whitespace allowed)."""
+        value, end = self.decode(text, _skip_space(text, 0))
+        if text[end:].strip():
+            raise json.JSONDecodeError("Extra data", text, _skip_space(text, end))
+        return value
 
 
 def file_kind(path: Path) -> FileKind:
@@ -51,14 +133,20 @@ def read_rows(path: Path) -> RowsRead:
     path = Path(path)
     _require_file(path)
     kind = file_kind(path)
-    if kind in ("parquet", "arrow"):
-        rows = _read_table(path, kind)
-        return RowsRead(path, kind, rows, [None] * len(rows))
-    text = read_text(path)
+    try:
+        if kind in ("parquet", "arrow"):
+            from engine.data.tables import read_table
+
+            return read_table(path, kind)
+        text = read_text(path)
+    except OSError as exc:  # unreadable: permissions, a folder vanished, an I/O error
+        raise DataError(f"{path} cannot be read: {exc.strerror or exc}. Check the file and its permissions.") from None
     if kind == "text":
         return _read_text_lines(path, text)
     if kind == "csv":
-        return _read_csv(path, text)
+        from engine.data.tables import read_csv
+
+        return read_csv(path, text)
     return _read_json_text(path, text, kind)
 
 
@@ -106,33 +194,40 @@ def _read_json_text(path: Path, text: str, kind: FileKind) -> RowsRead:
     if stripped.startswith("[") and (kind == "json" or _is_single_document(text)):
         return _read_json_array(path, text)
     if kind == "json" and stripped.startswith("{") and _is_single_document(text):
-        return _read_json_object(path, json.loads(text))
+        return _read_json_object(path, text)
     return _read_json_lines(path, text, kind)
 
 
 def _is_single_document(text: str) -> bool:
     try:
-        json.loads(text)
-    except json.JSONDecodeError:
+        JsonReader().decode_all(text)
+    except (ValueError, JsonTooDeep):
         return False
     return True
 
 
-def _read_json_object(path: Path, data: dict) -> RowsRead:
+def _read_json_object(path: Path, text: str) -> RowsRead:
     """A top-level object: columns of equal-length lists (as `datasets` reads it), else one row."""
+    reader = JsonReader()
+    data = reader.decode_all(text)
     columns = list(data.values())
     if columns and all(isinstance(column, list) for column in columns):
         lengths = {len(column) for column in columns}
         if len(lengths) == 1:
             rows = [dict(zip(data, values)) for values in zip(*columns)]
-            return RowsRead(path, "json", rows, [None] * len(rows))
+            result = RowsRead(path, "json", [], [])
+            for number, row in enumerate(rows, start=1):
+                result.add(row, None, [])
+            if reader.duplicates:
+                result.issues.append(RowIssue(None, None, reader.duplicates[0], _duplicate_message(reader.duplicates)))
+            return result
     raise DataError(f"{path} holds a single JSON object; a dataset is a list of rows: [{{...}}, {{...}}]. "
                     "Wrap the rows in [ ] (or write one object per line in a .jsonl file).")
 
 
 def _read_json_array(path: Path, text: str) -> RowsRead:
     """Decode `[row, row, ...]` element by element so that each row keeps its line number."""
-    decoder = json.JSONDecoder()
+    reader = JsonReader()
     result = RowsRead(path, "json")
     pos = _skip_space(text, text.index("[") + 1)
     line, counted_to = 1, 0
@@ -141,11 +236,11 @@ def _read_json_array(path: Path, text: str) -> RowsRead:
             pos += 1
         else:
             while True:
-                row, end = decoder.raw_decode(text, pos)
                 line += text.count("\n", counted_to, pos)  # counted incrementally: str.count runs in C
                 counted_to = pos
-                result.rows.append(row)
-                result.lines.append(line)
+                row, end = reader.decode(text, pos)
+                number = len(result.rows) + 1
+                result.add(row, line, reader.duplicates)
                 pos = _skip_space(text, end)
                 if text[pos:pos + 1] == ",":
                     pos = _skip_space(text, pos + 1)
@@ -156,10 +251,19 @@ def _read_json_array(path: Path, text: str) -> RowsRead:
                 raise json.JSONDecodeError("Expecting ',' or ']' after a row", text, pos)
         if text[pos:].strip():
             raise json.JSONDecodeError("Extra data after the closing ]", text, _skip_space(text, pos))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "
-                        f"(after {len(result.rows)} good rows). Fix the file there.") from None
+    except JsonTooDeep:
+        raise DataError(f"{path}: row {len(result.rows) + 1} (line {line}) nests lists or objects more than "
+                        f"{MAX_DEPTH} levels deep, which no dataset row needs. Fix or remove that row.") from None
+    except ValueError as exc:
+        raise DataError(f"{path} is not valid JSON: {_json_problem(exc)} (after {len(result.rows)} good rows). "
+                        "Fix the file there.") from None
     return result
+
+
+def _json_problem(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+    return f"{str(exc).split(':')[0]} (a number that long is not data)"
 
 
 def _skip_space(text: str, pos: int) -> int:
@@ -170,54 +274,27 @@ def _skip_space(text: str, pos: int) -> int:
 
 def _read_json_lines(path: Path, text: str, kind: FileKind) -> RowsRead:
     result = RowsRead(path, kind)
+    reader = JsonReader()
     # split("\n"), not splitlines(): JSON strings may legally hold U+2028 and other characters splitlines() breaks on.
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            result.rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            result.bad_lines.append((number, f"{exc.msg} at column {exc.colno}"))
+            row = reader.decode_all(line)
+        except JsonTooDeep:
+            result.bad_lines.append((number, f"nested more than {MAX_DEPTH} levels deep"))
             continue
-        result.lines.append(number)
+        except ValueError as exc:
+            message = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else \
+                _json_problem(exc)
+            result.bad_lines.append((number, message))
+            continue
+        result.add(row, number, reader.duplicates)
     if kind == "json" and not result.rows:
         first_line, message = result.bad_lines[0]
         raise DataError(f"{path} is not valid JSON ({message} on line {first_line}). A .json file holds a list "
                         "of rows [{...}, {...}]; a .jsonl file holds one JSON object per line.")
     return result
-
-
-def _read_csv(path: Path, text: str) -> RowsRead:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    result = RowsRead(path, "csv")
-    try:
-        for row in reader:
-            result.rows.append({key: value for key, value in row.items() if key is not None})
-            result.lines.append(reader.line_num)
-    except csv.Error as exc:
-        raise DataError(f"{path}: bad CSV on line {reader.line_num}: {exc}. Fix the quoting there.") from None
-    if reader.fieldnames is None:
-        raise DataError(f"{path} has no header row. The first CSV line must name the columns.")
-    return result
-
-
-def _read_table(path: Path, kind: FileKind) -> list[dict]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        if kind == "parquet":
-            return pq.read_table(path).to_pylist()
-        try:
-            with pa.memory_map(str(path)) as source:
-                return pa.ipc.open_file(source).read_all().to_pylist()
-        except pa.ArrowInvalid:
-            # `datasets.save_to_disk` writes the streaming flavour of the Arrow IPC format.
-            with pa.memory_map(str(path)) as source:
-                return pa.ipc.open_stream(source).read_all().to_pylist()
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path} is not a readable {kind} file ({str(exc).splitlines()[0]}). "
-                        "Check that the file is complete and has the right suffix.") from None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from engine.data.registry import DatasetSpec
+from engine.data.text import shorten
 from engine.errors import DataError
 
 USER, ASSISTANT, FUNCTION, OBSERVATION = "user", "assistant", "function_call", "observation"
@@ -102,12 +103,12 @@ def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
         column = spec.column(key)
         value = record.get(column) if column else None
         if value is not None and not isinstance(value, str):
-            raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({value!r:.60}).")
+            raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({shorten(value)}).")
         if value:
             parts.append(value)
     if not parts:
         raise RowError(where, spec.column("prompt"), f"no instruction: {spec.column('prompt')!r} is missing or "
-                       f"empty (the row has: {', '.join(record) or 'no fields'}).")
+                       f"empty (the row has: {_fields(record)}).")
     messages.append({"role": USER, "content": "\n".join(parts)})
     if spec.ranking:
         chosen = _answer_text(record, spec.column("chosen"), where, "chosen answer")
@@ -115,7 +116,7 @@ def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
         return {"messages": messages, "system": None, "chosen": chosen, "rejected": rejected}
     response_column = spec.column("response")
     if response_column not in record and "prompt" in spec.columns and "response" not in spec.columns:
-        raise RowError(where, response_column, f"only {', '.join(map(repr, record))}, no answer: this looks like "
+        raise RowError(where, response_column, f"only {_fields(record)}, no answer: this looks like "
                        "pre-training text. lf-assistant trains on instruction/answer pairs (sft) and preferences.")
     messages.append({"role": ASSISTANT, "content": _answer_text(record, response_column, where, "answer")})
     return {"messages": messages, "system": None}
@@ -131,7 +132,7 @@ def _alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:
     for number, pair in enumerate(history, start=1):
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
             raise RowError(where, column, f"{column!r} item {number} must be a pair of texts "
-                           f"[\"instruction\", \"answer\"], not {pair!r:.80}.")
+                           f"[\"instruction\", \"answer\"], not {shorten(pair, 80)}.")
         messages += [{"role": USER, "content": pair[0]}, {"role": ASSISTANT, "content": pair[1]}]
     return messages
 
@@ -143,7 +144,7 @@ def _answer_text(record: dict, column: str | None, where: str, what: str) -> str
     if value is None:
         raise RowError(where, column, f"no {what}: {column!r} is missing. Every row needs the answer to train on.")
     if not isinstance(value, str):
-        raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({value!r:.60}).")
+        raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({shorten(value)}).")
     if not value.strip():
         raise RowError(where, column, f"{column!r} is empty: write the {what}, or remove the row.")
     return value
@@ -153,7 +154,7 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
     column = spec.column("messages")
     raw = _maybe_json(record.get(column))
     if not isinstance(raw, list) or not raw:
-        fields = ", ".join(record) or "no fields"
+        fields = _fields(record)
         raise RowError(where, column, f"{column!r} must be a non-empty list of messages (the row has: {fields}).")
     role_tag, system_tag = spec.tag("role_tag"), spec.tag("system_tag")
     system = None
@@ -180,6 +181,12 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
     return example
 
 
+def _fields(record: dict) -> str:
+    """The row's field names for a message: a few, shortened, control characters escaped."""
+    names = [shorten(name, 30) for name in list(record)[:8]]
+    return ", ".join(names) + (f" and {len(record) - 8} more" if len(record) > 8 else "") if names else "no fields"
+
+
 def _count(messages: list) -> str:
     return f"{len(messages)} message{'' if len(messages) == 1 else 's'}"
 
@@ -190,8 +197,9 @@ def _message_role(message: Any, tag_roles: dict, spec: DatasetSpec, position: in
     if not isinstance(message, dict):
         raise RowError(where, column, f"message {number} is a {type(message).__name__}, not an object.")
     tag = message.get(role_tag)
-    if tag not in tag_roles:
-        found = f"no {role_tag!r} key (keys: {', '.join(message)})" if tag is None else f"the role {tag!r}"
+    if not isinstance(tag, str) or tag not in tag_roles:
+        found = f"no {role_tag!r} key (keys: {shorten(list(message), 80)})" if tag is None else \
+            f"the role {shorten(tag)}"
         raise RowError(where, column, f"message {number} has {found}; expected one of {', '.join(tag_roles)} "
                        "(set \"tags\" in dataset_info.json, or write a fixed copy with --fix).")
     expected = USER_SIDE if position % 2 == 0 else ASSISTANT_SIDE
@@ -222,10 +230,11 @@ def _ranked_answer(record: dict, spec: DatasetSpec, key: str, tag_roles: dict, w
         return value
     if not isinstance(value, dict):
         raise RowError(where, column, f"the {key} answer ({column!r}) must be a message like "
-                       f"{{\"from\": \"gpt\", \"value\": \"...\"}}, not {value!r:.60}.")
+                       f"{{\"from\": \"gpt\", \"value\": \"...\"}}, not {shorten(value)}.")
     role = value.get(spec.tag("role_tag"))
-    if tag_roles.get(role) not in ASSISTANT_SIDE:
-        raise RowError(where, column, f"the {key} answer must come from {spec.tag('assistant_tag')!r}, not {role!r}.")
+    if not isinstance(role, str) or tag_roles.get(role) not in ASSISTANT_SIDE:
+        raise RowError(where, column, f"the {key} answer must come from {spec.tag('assistant_tag')!r}, not "
+                       f"{shorten(role)}.")
     text = _message_text(value, spec, where, 0, column)
     if not text.strip():
         raise RowError(where, column, f"the {key} answer is empty.")

@@ -34,8 +34,18 @@ def read_records(path: Path) -> list[dict]:
             more = f" ({len(read.bad_lines) - 1} more bad lines)" if len(read.bad_lines) > 1 else ""
             raise DataError(f"{file}: line {line} is not valid JSON: {message}{more}. Fix it, or run "
                             f"`lf-assistant data check {file}` to list every problem.")
+        if read.issues:
+            raise DataError(_issues_message(file, read.issues))
         records.extend(read.rows)
     return records
+
+
+def _issues_message(file: Path, issues: list) -> str:
+    shown = "\n  ".join(f"{'file' if i.row is None else f'row {i.row}'}{f' (line {i.line})' if i.line else ''}"
+                        f"{f' {i.field!r}' if i.field else ''}: {i.message}" for i in issues[:_ERRORS_SHOWN])
+    more = f"\n  ... and {len(issues) - _ERRORS_SHOWN} more" if len(issues) > _ERRORS_SHOWN else ""
+    return (f"{file} has {len(issues)} problem(s) that training would hide:\n  {shown}{more}\n"
+            f"Fix the file, or run `lf-assistant data check {file}` for the full list.")
 
 
 def _data_files(folder: Path) -> list[Path]:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.readers import read_json, short_repr
-from engine.data.files import write_json_atomic
+from engine.data.files import JsonReader, JsonTooDeep, write_json_atomic
+from engine.data.text import MAX_DEPTH, find_bad_text, shorten
 from engine.errors import DataError
+from engine.readers import short_repr
 
 INFO_FILE = "dataset_info.json"
 
@@ -113,27 +114,27 @@ class DatasetSpec:
 
 def parse_spec(name: str, entry: Any) -> DatasetSpec:
     """One dataset_info.json entry -> DatasetSpec; DataError naming the entry and the bad key."""
-    where = f"dataset {short_repr(name, 60)} in {INFO_FILE}"
+    where = f"dataset {shorten(name)} in {INFO_FILE}"
     if not isinstance(entry, dict):
-        raise DataError(f"{where} must be an object such as {{\"file_name\": \"data.json\"}}, not {short_repr(entry)}.")
+        raise DataError(f"{where} must be an object such as {{\"file_name\": \"data.json\"}}, not {shorten(entry)}.")
     if not any(entry.get(key) for key in ("file_name", *REMOTE_KEYS)):
         raise DataError(f"{where} has no file_name. Add \"file_name\": \"<your file>\" (a file inside dataset_dir).")
     formatting = entry.get("formatting", "alpaca")
-    if formatting not in FORMATTINGS:
-        raise DataError(f"{where}: formatting {short_repr(formatting, 40)} is not one of {', '.join(FORMATTINGS)} "
+    if not isinstance(formatting, str) or formatting not in FORMATTINGS:
+        raise DataError(f"{where}: formatting {shorten(formatting)} is not one of {', '.join(FORMATTINGS)} "
                         "(OpenAI-style messages are sharegpt with role/content tags).")
     columns = _string_map(entry.get("columns", {}), f"{where}: columns", COLUMN_KEYS)
     tags = _string_map(entry.get("tags", {}), f"{where}: tags", tuple(TAG_DEFAULTS))
     ranking = entry.get("ranking", False)
     if not isinstance(ranking, bool):
-        raise DataError(f"{where}: ranking must be true or false, not {short_repr(ranking, 40)}.")
+        raise DataError(f"{where}: ranking must be true or false, not {shorten(ranking)}.")
     num_samples = entry.get("num_samples")
     if num_samples is not None and (not isinstance(num_samples, int) or isinstance(num_samples, bool)
                                     or num_samples < 1):
-        raise DataError(f"{where}: num_samples must be a positive whole number, not {short_repr(num_samples, 40)}.")
+        raise DataError(f"{where}: num_samples must be a positive whole number, not {shorten(num_samples)}.")
     for key in ("file_name", "split", "subset", "folder", *REMOTE_KEYS):
         if entry.get(key) is not None and not isinstance(entry[key], str):
-            raise DataError(f"{where}: {key} must be a string, not {short_repr(entry[key])}.")
+            raise DataError(f"{where}: {key} must be a string, not {shorten(entry[key])}.")
     known = {key: entry[key] for key in ENTRY_KEYS if key in entry and key not in ("columns", "tags")}
     extra = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
     return DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, **known)
@@ -141,14 +142,14 @@ def parse_spec(name: str, entry: Any) -> DatasetSpec:
 
 def _string_map(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise DataError(f"{where} must be an object of names to strings, not {short_repr(value)}.")
+        raise DataError(f"{where} must be an object of names to strings, not {shorten(value)}.")
     for key, item in value.items():
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else f" Valid keys: {', '.join(allowed)}."
-            raise DataError(f"{where}: unknown key {short_repr(key, 60)}.{hint}")
+            raise DataError(f"{where}: unknown key {shorten(key, 40)}.{hint}")
         if not isinstance(item, str):
-            raise DataError(f"{where}: {key} must be a string, not {short_repr(item)}.")
+            raise DataError(f"{where}: {key} must be a string, not {shorten(item)}.")
     return dict(value)
 
 
@@ -189,9 +190,33 @@ def _read_info(dataset_dir: Path, *, missing_ok: bool = False) -> dict[str, Any]
         if missing_ok:
             return {}
         raise DataError(f"{path} does not exist. Create it (an empty registry is {{}}) or point dataset_dir elsewhere.")
-    data = read_json(path, DataError, what="dataset registry")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start}). Save it as UTF-8.") from None
+    except OSError as exc:
+        raise DataError(f"{path} cannot be read: {exc.strerror or exc}. Check its permissions.") from None
+    reader = JsonReader()
+    try:
+        data = reader.decode_all(text)
+    except JsonTooDeep:
+        raise DataError(f"{path} nests objects more than {MAX_DEPTH} levels deep; a registry entry needs 3. "
+                        "Fix the file.") from None
+    except ValueError as exc:
+        where = f"{exc.msg} at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) \
+            else shorten(str(exc), 80)
+        raise DataError(f"{path} is not valid JSON: {where}. Fix the syntax (a trailing comma is the usual "
+                        "culprit).") from None
+    if reader.duplicates:
+        names = ", ".join(shorten(name, 40) for name in reader.duplicates[:5])
+        raise DataError(f"{path} names {names} more than once (in the same object); JSON keeps only the last, "
+                        "silently. Keep one of each.")
     if not isinstance(data, dict):
         raise DataError(f"{path} must hold one JSON object mapping dataset names to entries.")
+    bad = find_bad_text(data)
+    if bad is not None:
+        raise DataError(f"{path}: {bad[0] or 'a key'} holds text that is not valid Unicode (a lone surrogate). "
+                        "Fix it.")
     return data
 
 
@@ -204,7 +229,7 @@ def get_dataset_spec(name: str, dataset_dir: Path) -> DatasetSpec:
         raise DataError(_path_given_message(name, Path(dataset_dir)))
     close = difflib.get_close_matches(name, list(info), n=3, cutoff=0.6)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
-    raise DataError(f"Dataset {short_repr(name, 60)} is not registered in {Path(dataset_dir) / INFO_FILE}.{hint} "
+    raise DataError(f"Dataset {shorten(name)} is not registered in {Path(dataset_dir) / INFO_FILE}.{hint} "
                     f"Registered names: {_short_list(list(info))}.")
 
 
@@ -243,8 +268,8 @@ def register_dataset(dataset_dir: Path, name: str, spec: dict, *, overwrite: boo
         dataset_file_path(parsed, dataset_dir, must_exist=False)
     info = _read_info(dataset_dir, missing_ok=True)
     if name in info and info[name] != spec and not overwrite:
-        raise DataError(f"{dataset_dir / INFO_FILE} already has a different entry named {short_repr(name, 60)}: "
-                        f"{json.dumps(info[name])}. Choose another name or pass overwrite=True.")
+        raise DataError(f"{dataset_dir / INFO_FILE} already has a different entry named {name!r}: "
+                        f"{shorten(info[name], 120)}. Choose another name or pass overwrite=True.")
     if info.get(name) == spec:
         return
     info[name] = spec

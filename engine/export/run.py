@@ -1,13 +1,13 @@
 """Export, top to bottom: plan, load, merge (LoRA/QLoRA) or re-save (full/freeze), write, verify, record.
 
-The export is written into a staging folder beside export_dir and renamed into place only after every check
-passed, so a failed export never leaves a folder that looks finished. ``<export_dir>/lfa_export.json`` records what
-was merged, the template, the shards and each check with its tolerance.
+The export is written into a new folder of its own beside export_dir and swapped into place only after every check
+passed (engine.export.swap: files a user added to an earlier export are kept, nothing else is deleted), so a failed
+export never leaves a folder that looks finished. ``<export_dir>/lfa_export.json`` records what was merged, the
+template, the shards, each check with its tolerance, and the files the export wrote.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +19,8 @@ from engine.errors import ConfigError, EngineError
 from engine.export.config import BYTES_PER_GB, ExportConfig, check_export_config
 from engine.export.merge import Check, merge_adapters
 from engine.export.modelfile import write_modelfile
-from engine.export.writer import make_readable, save_tokenizer, save_weights, verify_export, write_json_atomic
+from engine.export.swap import check_target, discard, install, make_staging
+from engine.export.writer import save_tokenizer, save_weights, verify_export, write_json_atomic
 from engine.inference.source import (EXPORT_INFO_FILE, ModelPlan, checkpoint_is_quantized,
                                      load_tokenizer_and_template, pick_device, plan_model)
 from engine.jsonio import read_json_dict as _read_json
@@ -72,16 +73,14 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
     else:
         progress(4, f"nothing to merge: {plan.method} output is re-saved as it is")
     _raise_on_failures(checks, "The merge did not check out, so nothing was exported")
-    staging = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = make_staging(target)
     try:
         result = _write(config, plan, model, tokenizer, template, staging, target, save_dtype, prints, checks, notes,
                         padding_side, progress)
-        _swap_into_place(staging, target)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
         raise
+    result.notes += install(staging, target)  # discards the staging folder itself when it refuses
     return result
 
 
@@ -110,9 +109,7 @@ def _plan(config: ExportConfig) -> tuple[ModelPlan, Path, str]:
     overlaps = output_overlap_problems("export_dir", target, inputs)
     if overlaps:
         raise ConfigError("\n".join(overlaps))
-    if target.exists() and any(target.iterdir()) and not (target / EXPORT_RECORD).is_file():
-        raise ConfigError(f"export_dir {target} already holds files that are not an earlier export. Choose an empty "
-                          "or new folder (an earlier export there is replaced).")
+    check_target(target)
     return plan, target, source
 
 
@@ -148,7 +145,6 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
         "checks": [c.as_dict() for c in checks], "notes": notes, "created_at": time.time(),
     }
     write_json_atomic(staging / EXPORT_RECORD, record)
-    make_readable(staging)
     return result
 
 
@@ -181,16 +177,3 @@ def _save_dtype(requested: str, source: str, model) -> torch.dtype:
 def _saved_padding_side(folder: str) -> str:
     side = _read_json(Path(folder).expanduser() / "tokenizer_config.json").get("padding_side")
     return side if side in ("left", "right") else "right"
-
-
-def _swap_into_place(staging: Path, target: Path) -> None:
-    """Replace an earlier export (checked to be one) with the new folder."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(target)

@@ -143,14 +143,6 @@ def _tensor_count(folder: Path, name: str) -> int:
         return len(list(handle.keys()))
 
 
-def make_readable(folder: Path) -> None:
-    """rw-r--r-- for every file: safetensors writes owner-only files, which a runtime running as another user
-    (the Ollama service, a serving container) cannot read."""
-    for path in folder.iterdir():
-        if path.is_file():
-            path.chmod(0o644)
-
-
 def _storage(tensor: torch.Tensor) -> tuple:
     return (tensor.device.type, tensor.untyped_storage().data_ptr())
 

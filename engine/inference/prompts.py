@@ -38,22 +38,31 @@ def prompt_text(conversation: list[dict]) -> str:
 
 
 def _json_rows(path: Path, text: str) -> list:
+    from engine.data.files import JsonReader, JsonTooDeep
+    from engine.data.text import find_bad_text
+
+    reader = JsonReader()
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}).") from None
-        if not isinstance(data, list):
-            raise DataError(f"{path} must hold a JSON list of prompts.")
-        return data
+        chunks = [(None, text)]
+    else:
+        chunks = [(number, line) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, chunk in chunks:
+        where = f"{path}" + (f" line {number}" if number else "")
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path} line {number} is not valid JSON ({exc.msg}).") from None
+            value = reader.decode_all(chunk)
+        except JsonTooDeep:
+            raise DataError(f"{where} nests lists or objects too deeply to be a prompt.") from None
+        except ValueError as exc:
+            detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
+            raise DataError(f"{where} is not valid JSON ({detail}).") from None
+        bad = find_bad_text(value)
+        if bad is not None:
+            raise DataError(f"{where} holds text that is not valid Unicode (a lone surrogate \\u"
+                            f"{ord(bad[1][bad[2]]):04x}). Fix or remove it.")
+        if number is None and not isinstance(value, list):
+            raise DataError(f"{path} must hold a JSON list of prompts.")
+        rows.extend(value if number is None else [value])
     return rows
 
 
@@ -64,14 +73,20 @@ def _conversation(row, path: Path, number: int) -> list[dict]:
         if isinstance(row.get("prompt"), str) and row["prompt"].strip():
             return [{"role": "user", "content": row["prompt"]}]
         if isinstance(row.get("instruction"), str) and row["instruction"].strip():
-            content = row["instruction"] + (f"\n{row['input']}" if row.get("input") else "")
+            extra = row.get("input")
+            content = row["instruction"] + (f"\n{extra}" if isinstance(extra, str) and extra else "")
             return [{"role": "user", "content": content}]
         messages = row.get("messages")
-        if isinstance(messages, list) and messages:
+        if isinstance(messages, list) and messages and all(_is_message(m) for m in messages):
             # A trailing assistant message is the reference answer, not part of the prompt.
-            if messages[-1].get("role") == "assistant":
+            if messages[-1]["role"] == "assistant":
                 messages = messages[:-1]
-            if messages and messages[-1].get("role") == "user":
+            if messages and messages[-1]["role"] == "user":
                 return [{"role": m["role"], "content": m["content"]} for m in messages]
     raise DataError(f"{path} row {number}: expected a string or an object with prompt, instruction or messages "
-                    "(ending with a user message).")
+                    "(each message an object with text role and content, ending with a user message).")
+
+
+def _is_message(message) -> bool:
+    return isinstance(message, dict) and isinstance(message.get("role"), str) and \
+        isinstance(message.get("content"), str)

@@ -173,6 +173,9 @@ def attach_adapter(model, adapter: str, base_model: str):
 
     from peft import PeftModel
 
+    from engine.models.cache import require_intact_safetensors
+
+    require_intact_safetensors([Path(adapter) / "adapter_model.safetensors"], "The adapter")
     try:
         with warnings.catch_warnings():
             # peft asks the model a deprecated gradient-checkpointing question; nothing the user can act on.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -38,11 +39,46 @@ def base_plan(tuned: ModelPlan) -> ModelPlan:
                      tokenizer_source=tuned.tokenizer_source)
 
 
+def check_output_path(out_path: str | Path, inputs: list[str | Path]) -> None:
+    """Refuse an output that is one of the inputs, a folder, or an existing file that is not a validation output.
+
+    Validation rewrites its output as a whole, so the only file it may replace is an earlier one of its own (every
+    row has prompt, tuned and template)."""
+    out = Path(out_path).expanduser()
+    for source in inputs:
+        source = Path(source).expanduser()
+        if Path(os.path.abspath(out)) == Path(os.path.abspath(source)) or (
+                out.exists() and source.exists() and os.path.samefile(out, source)):
+            raise ConfigError(f"The output {out} is an input of this validation ({source}); it would be "
+                              "overwritten. Give --out a new file name, e.g. answers.jsonl.")
+    if out.is_dir():
+        raise ConfigError(f"The output {out} is a folder. Give --out a file name, e.g. {out / 'validation.jsonl'}.")
+    if out.exists() and not is_validation_output(out):
+        raise ConfigError(f"{out} already exists and is not an lf-assistant validation output, so it is not "
+                          "replaced. Give --out a new file name.")
+
+
+def is_validation_output(path: Path) -> bool:
+    """True when every line of `path` is a validation row (prompt, tuned, template) and there is at least one."""
+    try:
+        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [json.loads(line) for line in lines]
+    except (OSError, ValueError, RecursionError):
+        return False
+    return bool(rows) and all(isinstance(row, dict) and {"prompt", "tuned", "template"} <= row.keys()
+                              for row in rows)
+
+
 def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str | Path, *, base: bool = False,
-                   batch_size: int = 16, on_progress: Callable[[int, int], None] | None = None) -> list[dict]:
-    """Generate, write ``out_path`` (JSONL, replaced atomically) and return its rows."""
+                   batch_size: int = 16, on_progress: Callable[[int, int], None] | None = None,
+                   inputs: tuple[str | Path, ...] = ()) -> list[dict]:
+    """Generate, write ``out_path`` (JSONL, replaced atomically) and return its rows.
+
+    ``out_path`` may not be the prompt file or any of ``inputs`` (e.g. the config file), nor an existing file that
+    is not an earlier validation output: checked before any model loads."""
     from engine.inference.chat_model import ChatModel
 
+    check_output_path(out_path, [prompts_path, *inputs])
     conversations = read_prompts(prompts_path)
     tuned_plan = plan_model(config.model_name_or_path, config.adapters(), config.template,
                             finetuning_type=config.finetuning_type)
@@ -97,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_infer_config(args.infer, *args.overrides)
         rows = run_validation(config, args.prompts, args.out, base=args.base, batch_size=args.batch_size,
-                              on_progress=lambda done, total: print(f"progress {done}/{total}", flush=True))
+                              on_progress=lambda done, total: print(f"progress {done}/{total}", flush=True),
+                              inputs=(args.infer,))
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -134,14 +134,29 @@ def safetensors_problem(path: Path) -> tuple[str | None, int]:
             if header_len > actual:
                 return f"{path.name} is truncated ({human_bytes(actual)} on disk)", 0
             header = json.loads(fh.read(header_len))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        data_end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError, KeyError, TypeError, IndexError,
+            AttributeError) as exc:
         return f"{path.name} has a corrupt header ({exc.__class__.__name__})", 0
-    data_end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
     expected = 8 + header_len + data_end
     if actual != expected:
         return (f"{path.name} is {human_bytes(actual)} but its header says {human_bytes(expected)}: "
                 "truncated or corrupted, download it again"), expected
     return None, expected
+
+
+def require_intact_safetensors(paths: list[Path], what: str) -> None:
+    """ModelError naming the first truncated or corrupt safetensors file among `paths` (missing ones are skipped:
+    the callers report those themselves)."""
+    from engine.errors import ModelError
+
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        problem, _size_announced = safetensors_problem(Path(path))
+        if problem:
+            raise ModelError(f"{what} {Path(path).parent} cannot be loaded: {problem}. The file {path} is damaged "
+                             "(an interrupted copy or download); copy or download it again.")
 
 
 def _weight_problems(root: Path) -> tuple[list[str], int | None, list[Path]]:

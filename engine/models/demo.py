@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelError
+from engine.filemodes import follow_umask
 from engine.jsonio import write_text_atomic
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
@@ -325,8 +326,7 @@ def _refuse_foreign_folder(target: Path) -> None:
 
 def _swap_into_place(staging: Path, target: Path) -> None:
     """Rename the finished build onto `target`; an old build is moved aside first and deleted after."""
-    for file in staging.iterdir():
-        file.chmod(0o644)  # safetensors writes owner-only files; a model folder is for everyone to read
+    follow_umask(staging)  # mkdtemp made it 0700: a model folder is as readable as any folder the user makes
     old = None
     if target.exists():
         old = target.parent / f".{target.name}.old-{os.getpid()}"

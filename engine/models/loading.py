@@ -8,6 +8,7 @@ tokenizer files; custom model code runs only with explicit consent (`trust_remot
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 from pathlib import Path
@@ -27,6 +28,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SINGLE_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model", "tokenizer.tiktoken")
+_ANNOUNCED_CODE: set[str] = set()
 CPU_HALF_PRECISION_NOTE = "{kind} on this CPU trains 10-20x slower; training in fp32"
 
 
@@ -101,13 +103,36 @@ def check_model_folder(
             "Finish or repeat the download (`lf-assistant models download ID`), or copy the missing files "
             f"from the base model{tokenizer_hint}."
         )
+    if need_weights:
+        from engine.models.cache import require_intact_safetensors
+
+        require_intact_safetensors(weight_paths(folder), "The model")
+    from engine.models.remote_code import remote_code_files
+
     reason = custom_code_reason(folder)
     if reason and not trust_remote_code:
         raise ModelError(
-            f"{folder} ships its own Python code ({reason}), and running it needs your consent. If you trust its "
-            "author, set `trust_remote_code: true` in the config; otherwise pick a model transformers supports "
-            "natively."
+            f"{folder} ships its own Python code ({reason}: {remote_code_files(folder).describe()}), and running "
+            "it needs your consent. If you trust its author, set `trust_remote_code: true` in the config; "
+            "otherwise pick a model transformers supports natively."
         )
+    code = remote_code_files(folder) if trust_remote_code else None
+    if code is None or not (code.files or code.elsewhere) or str(folder) in _ANNOUNCED_CODE:
+        return
+    _ANNOUNCED_CODE.add(str(folder))  # the tokenizer and the model check the same folder: say it once
+    # Consent given: say which files run, in the run log (stderr lands there) and on the terminal.
+    logging.getLogger("engine").warning("trust_remote_code: true runs Python code from %s: %s", folder,
+                                        code.describe())
+
+
+def weight_paths(folder: Path) -> list[Path]:
+    """The safetensors weight files of a model folder (every shard its index names, else model.safetensors)."""
+    index = folder / _WEIGHT_INDEXES[0]
+    if index.is_file():
+        weight_map = _read_json(index).get("weight_map")
+        names = sorted({str(v) for v in weight_map.values()}) if isinstance(weight_map, dict) else []
+        return [folder / name for name in names if name.endswith(".safetensors") and "/" not in name]
+    return [folder / _SINGLE_WEIGHT_FILES[0]]
 
 
 def folder_problems(folder: Path, *, need_weights: bool = True, need_tokenizer: bool = False) -> list[str]:
@@ -184,9 +209,11 @@ def load_model(
     if quantization_bit is not None:
         kwargs["quantization_config"] = _bnb_config(quantization_bit)
         kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing; .to() is refused afterwards
+    from safetensors import SafetensorError
+
     try:
         model = auto_class.from_pretrained(source, **kwargs)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise ModelError(f"Could not load the model from {source}: {exc}") from exc
     if quantization_bit is None:
         model = model.to(device)
@@ -235,7 +262,8 @@ def _missing_weights(folder: Path) -> list[str]:
     for index_name in _WEIGHT_INDEXES:
         index = folder / index_name
         if index.is_file():
-            shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+            weight_map = _read_json(index).get("weight_map")
+            shards = sorted({str(v) for v in weight_map.values()}) if isinstance(weight_map, dict) else []
             absent = [s for s in shards if not (folder / s).is_file()]
             return [f"{len(absent)} of {len(shards)} weight shards ({', '.join(absent[:4])})"] if absent else []
     if any((folder / name).is_file() for name in _SINGLE_WEIGHT_FILES):

@@ -15,11 +15,13 @@ refused (engine.devices.check_process_count). No torch import here: the CLI prin
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.data.text import escape_control
 from engine.errors import ConfigError
 
 DEFAULT_PORT = 29500
@@ -79,8 +81,8 @@ class LaunchPlan:
         if self.nnodes == 1:
             lines.append(prefix + shlex.join(self.local_command(python="python")))
             return "\n".join(lines)
-        lines.append(f"# The run folder {self.run_dir} must be reachable at that path on every node (shared "
-                     "filesystem); node 0 writes its metrics and status.")
+        lines.append(f"# The run folder {_comment(self.run_dir)} must be reachable at that path on every node "
+                     "(shared filesystem); node 0 writes its metrics and status.")
         if self.master_addr == HEAD_PLACEHOLDER:
             lines.append(f"# Replace {HEAD_PLACEHOLDER} with node 0's address (port {self.master_port} open).")
         for node in range(self.nnodes):
@@ -89,32 +91,60 @@ class LaunchPlan:
         return "\n".join(lines)
 
     def sbatch_script(self, job_name: str | None = None, gpus_per_node: int | None = None) -> str:
-        """A SLURM batch script: one torchrun task per node, rendezvous on the first node of the allocation."""
-        job_name = job_name or f"lfa-{Path(self.run_dir).name}"
+        """A SLURM batch script: one torchrun task per node, rendezvous on the first node of the allocation.
+
+        Quoting, proved in one place: every value is quoted exactly once with shlex.quote (the inner torchrun
+        command), and that inner command is quoted once more as the single argument of `bash -c`, so each task
+        expands only the two variables meant for it ($SLURM_NODEID, $HEAD_NODE) and nothing from a path or a name.
+        """
+        job_name = _slurm_word(job_name or f"lfa-{Path(self.run_dir).name}")
         gpus = gpus_per_node if gpus_per_node is not None else (self.nproc_per_node if self.uses_gpus else 0)
-        launcher = ("torchrun",)
-        command = shlex.join(self.node_command("NODE_RANK", launcher)).replace("NODE_RANK", "$SLURM_NODEID")
-        command = command.replace(f"{self.master_addr}:{self.master_port}", f"$HEAD_NODE:{self.master_port}")
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(self.env.items())
                           if not k.endswith("VISIBLE_DEVICES"))  # SLURM sets the visible GPUs itself
+        log = f"{self.run_dir}/slurm-%j.log"
+        plain_log = _SLURM_PLAIN.fullmatch(str(self.run_dir)) is not None
         return (
             "#!/bin/bash\n"
             f"#SBATCH --job-name={job_name}\n"
-            f"#SBATCH --nodes={self.nnodes}\n"
+            f"#SBATCH --nodes={int(self.nnodes)}\n"
             "#SBATCH --ntasks-per-node=1\n"
-            + (f"#SBATCH --gpus-per-node={gpus}\n" if gpus else "")
-            + f"#SBATCH --output={self.run_dir}/slurm-%j.log\n"
-            "set -euo pipefail\n"
-            "HEAD_NODE=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+            + (f"#SBATCH --gpus-per-node={int(gpus)}\n" if gpus else "")
+            + (f"#SBATCH --output={log}\n" if plain_log else "")
+            + "set -euo pipefail\n"
+            # A folder name SLURM's #SBATCH parser cannot take (spaces, quotes, %) is redirected by the shell.
+            + ("" if plain_log else
+               f"exec >>{shlex.quote(str(self.run_dir))}/slurm-\"$SLURM_JOB_ID\".log 2>&1\n")
+            + "HEAD_NODE=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
             "export HEAD_NODE\n"
             + exports
-            # Single quotes: $SLURM_NODEID must expand on each node, inside its own task.
-            + f"srun bash -c '{command}'\n"
+            + f"srun bash -c {shlex.quote(self.task_command())}\n"
         )
+
+    def task_command(self) -> str:
+        """The shell command each SLURM task runs: torchrun with this node's rank and the head node's address."""
+        words = [shlex.quote(word) for word in self.node_command(0)]
+        words[words.index("--node-rank=0")] = '--node-rank="$SLURM_NODEID"'
+        endpoint = shlex.quote(f"--rdzv-endpoint={self.master_addr}:{self.master_port}")
+        words[words.index(endpoint)] = f'--rdzv-endpoint="$HEAD_NODE":{int(self.master_port)}'
+        return "exec " + " ".join(words)
 
     @property
     def uses_gpus(self) -> bool:
         return any(k.endswith("VISIBLE_DEVICES") for k in self.env)
+
+
+# Paths SLURM's #SBATCH line parser reads as one word with no pattern characters (% starts one).
+_SLURM_PLAIN = re.compile(r"[A-Za-z0-9._/+,=@-]+")
+
+
+def _slurm_word(text: str) -> str:
+    """A job name made of characters every SLURM version and shell take as they are."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text)[:100] or "lfa"
+
+
+def _comment(value: object) -> str:
+    """`value` for a shell comment: a newline in a path would end the comment and start a command."""
+    return escape_control(str(value), keep_layout=False)
 
 
 def plan_launch(run_dir: str | Path, stage: str = "sft", *, nproc_per_node: int | None = None, nnodes: int = 1,

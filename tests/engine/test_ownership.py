@@ -98,7 +98,7 @@ def test_folders_that_are_not_ours_are_never_written_or_cleared(demo_model_dir, 
 
 def test_run_ids_are_names_not_paths(demo_model_dir, tmp_path):
     for bad in ("../../x", "", "a/b", ".hidden", "x" * 101, "$(touch y)"):
-        with pytest.raises(EngineError, match="not a plain name"):
+        with pytest.raises(EngineError, match="run id"):
             engine.train(config(demo_model_dir, tmp_path / "o"), runs_dir=tmp_path / "runs", run_id=bad)
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob("**/y"))
 

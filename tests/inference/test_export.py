@@ -207,3 +207,91 @@ def test_export_never_writes_over_its_inputs(lora_run, demo_model_dir):
     for target in (lora_run, demo_model_dir, demo_model_dir.parent, demo_model_dir / "merged"):
         with pytest.raises(ConfigError, match="export_dir .* (is|contains|is inside) the .* folder"):
             export_model(export_config(lora_run, demo_model_dir, target))
+
+
+def snapshot(folder):
+    """{relative path: sha256} of every file under `folder`."""
+    import hashlib
+
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def umask_002():
+    import os
+
+    previous = os.umask(0o002)
+    yield
+    os.umask(previous)
+
+
+def test_reexport_keeps_user_files_and_every_sibling(lora_run, demo_model_dir, tmp_path, umask_002):
+    target = tmp_path / "merged"
+    siblings = {".merged.partial": "a folder of mine", ".merged.old": "a file of mine", "other": "untouched"}
+    (tmp_path / ".merged.partial").mkdir()
+    (tmp_path / ".merged.partial" / "x.txt").write_text(siblings[".merged.partial"])
+    for name in (".merged.old", "other"):
+        (tmp_path / name).write_text(siblings[name])
+    first = export_model(export_config(lora_run, demo_model_dir, target))
+    assert (tmp_path / ".merged.partial" / "x.txt").read_text() == siblings[".merged.partial"]
+    assert (tmp_path / ".merged.old").read_text() == siblings[".merged.old"]
+    record = json.loads((target / "lfa_export.json").read_text())
+    assert set(record["files"]) == set(snapshot(target)) and "Modelfile" in record["files"]
+    # Modes follow the umask (002 here): group-writable files and folders, as the user's own would be.
+    assert stat.S_IMODE(target.stat().st_mode) == 0o775
+    assert {stat.S_IMODE((target / name).stat().st_mode) for name in record["files"]} == {0o664}
+    (target / "notes.txt").write_text("mine")
+    (target / "eval").mkdir()
+    (target / "eval" / "scores.json").write_text("{}")
+    second = export_model(export_config(lora_run, demo_model_dir, target))
+    assert (target / "notes.txt").read_text() == "mine" and (target / "eval" / "scores.json").read_text() == "{}"
+    assert any("kept 2 file(s)" in note for note in second.notes), second.notes
+    assert "notes.txt" not in json.loads((target / "lfa_export.json").read_text())["files"]
+    assert (tmp_path / ".merged.partial" / "x.txt").read_text() == siblings[".merged.partial"]
+    assert (tmp_path / ".merged.old").read_text() == siblings[".merged.old"]
+    assert (tmp_path / "other").read_text() == siblings["other"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*siblings, "merged"])  # no staging left behind
+    assert first.files == second.files
+
+
+def test_a_failed_or_killed_export_leaves_the_earlier_one_intact(lora_run, demo_model_dir, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import engine.export.run as run_module
+
+    target = tmp_path / "merged"
+    export_model(export_config(lora_run, demo_model_dir, target))
+    (target / "notes.txt").write_text("mine")
+    before = snapshot(target)
+
+    def broken(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_module, "save_tokenizer", broken)  # fails while writing the new export
+    with pytest.raises(OSError):
+        export_model(export_config(lora_run, demo_model_dir, target))
+    assert snapshot(target) == before and sorted(p.name for p in tmp_path.iterdir()) == ["merged"]
+    # Killed (no cleanup at all) just before the swap: the old export is whole, the staging folder stays aside.
+    script = ("import os, sys\nimport engine.export.swap as swap\nfrom engine.export import load_export_config, "
+              "make_export_config\nfrom engine.export.run import export_model\n"
+              "swap._exchange = lambda *a: os._exit(9)\n"
+              f"export_model(load_export_config(make_export_config({str(lora_run)!r}, base_model="
+              f"{str(demo_model_dir)!r}, method='lora', template='qwen', export_dir={str(target)!r}, "
+              "export_device='cpu')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 9, done.stderr[-2000:]
+    assert snapshot(target) == before
+    assert [p.name.startswith(".lfa-export-") for p in tmp_path.iterdir() if p.name != "merged"] == [True]
+
+
+def test_export_dir_of_foreign_files_or_a_file_is_refused_untouched(lora_run, demo_model_dir, tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "weights.safetensors").write_text("not ours")
+    (tmp_path / "afile").write_text("x")
+    for target, said in ((tmp_path / "mine", "not an earlier export"), (tmp_path / "afile", "is a file")):
+        with pytest.raises(ConfigError, match=said):
+            export_model(export_config(lora_run, demo_model_dir, target))
+    assert (tmp_path / "mine" / "weights.safetensors").read_text() == "not ours"
+    assert (tmp_path / "afile").read_text() == "x" and len(list(tmp_path.iterdir())) == 2

@@ -45,8 +45,8 @@ def test_print_gives_every_node_its_command_and_a_slurm_script(demo_model_dir, t
         assert line.startswith("OMP_NUM_THREADS=") and "torchrun --nnodes=2 --nproc-per-node=4" in line
         assert f"--rdzv-endpoint=10.1.2.3:29500 --tee=3 --module engine.recipes.sft {run}/sft.yaml" in line
     script = (run / "launch.sbatch").read_text()
-    assert "#SBATCH --nodes=2" in script and "--node-rank=$SLURM_NODEID" in script
-    assert "--rdzv-endpoint=$HEAD_NODE:29500" in script and script.splitlines()[-1].startswith("srun bash -c '")
+    assert "#SBATCH --nodes=2" in script and '--node-rank="$SLURM_NODEID"' in script
+    assert '--rdzv-endpoint="$HEAD_NODE":29500' in script and script.splitlines()[-1].startswith("srun bash -c '")
     assert (run / "launch.sh").read_text().count("torchrun") == 2
     assert json.loads((run / "status.json").read_text())["state"] == "pending"  # printed, not started
 

@@ -24,6 +24,7 @@ from assistant.tui.widgets.marked import MarkedCheckbox, MarkedSelectionList
 from assistant.tui.widgets.question import QuestionSet
 from assistant.wizard.stages import data
 from assistant.wizard.stages.train import display_path
+from engine.data.text import escape_control
 
 PREVIEW_CHARS = 160
 # Every problem is listed (the area scrolls); past this many the file is not the right format at all.
@@ -31,7 +32,8 @@ PROBLEMS_SHOWN = 500
 
 
 def _short(text: object) -> str:
-    return escape(str(text or "").replace("\n", " ")[:PREVIEW_CHARS])
+    # Data rows may hold escape sequences and markup: both are shown as text, never interpreted.
+    return escape(escape_control(str(text or "").replace("\n", " ")[:PREVIEW_CHARS]))
 
 
 def preview_markup(examples: list[dict]) -> str:
@@ -172,7 +174,7 @@ class DataScreen(StageScreen):
             self.post_message(PreviewLoaded(name, [], error=str(exc)))
 
     def on_preview_loaded(self, message: PreviewLoaded) -> None:
-        body = escape(message.error) if message.error else preview_markup(message.examples)
+        body = escape(escape_control(message.error)) if message.error else preview_markup(message.examples)
         title = t("data.preview_pairs" if self.ranking else "data.preview", name=message.name)
         self.query_one("#preview", Static).update(f"[b]{escape(title)}[/b]\n{body}")
 
@@ -211,7 +213,7 @@ class DataScreen(StageScreen):
     def on_file_checked(self, message: FileChecked) -> None:
         self.checked = message
         shown = message.problems[:PROBLEMS_SHOWN]
-        lines = [f"[red]{escape(p)}[/red]" for p in shown]
+        lines = [f"[red]{escape(escape_control(p))}[/red]" for p in shown]
         if len(message.problems) > len(shown):
             lines.append(t("data.more_problems", count=len(message.problems) - len(shown)))
         report = message.report

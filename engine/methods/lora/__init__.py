@@ -31,6 +31,12 @@ def prepare(model, config):
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.adapter_name_or_path:
+        from pathlib import Path
+
+        from engine.models.cache import require_intact_safetensors
+
+        adapter = Path(config.adapter_name_or_path)
+        require_intact_safetensors([adapter / "adapter_model.safetensors"], "The adapter")
         return PeftModel.from_pretrained(model, config.adapter_name_or_path, is_trainable=True)
     reward = is_reward_model(model)
     lora_config = LoraConfig(

@@ -1,0 +1,91 @@
+"""`trust_remote_code: true` names the files it would run (found without running them); damaged safetensors files
+are refused with their name."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import struct
+
+import pytest
+from typer.testing import CliRunner
+
+from assistant.cli.main import app
+from engine.errors import ModelError
+from engine.models import loading
+from engine.models.remote_code import remote_code_files
+
+
+@pytest.fixture()
+def custom_folder(demo_model_dir, tmp_path):
+    folder = tmp_path / "acme"
+    shutil.copytree(demo_model_dir, folder)
+    marker = tmp_path / "ran"
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="acme_lm", auto_map={"AutoConfig": "configuration_acme.AcmeConfig",
+                                                  "AutoModelForCausalLM": "modeling_acme.AcmeLM",
+                                                  "AutoModel": "../../etc/passwd.X"})
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer["auto_map"] = {"AutoTokenizer": ["other/repo--tokenization_other.OtherTokenizer", None]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    (folder / "modeling_acme.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nfrom .configuration_acme import AcmeConfig\nfrom . import helpers\n"
+        "import os\nimport acme_utils\n")
+    (folder / "configuration_acme.py").write_text("from .helpers import thing\n")
+    (folder / "helpers.py").write_text("thing = 1\n")
+    (folder / "acme_utils.py").write_text("x = 1\n")
+    (folder / "unrelated.py").write_text("y = 2\n")
+    return folder, marker
+
+
+def test_the_code_files_are_found_by_reading_not_running(custom_folder):
+    folder, marker = custom_folder
+    code = remote_code_files(folder)
+    assert sorted(code.files) == ["acme_utils.py", "configuration_acme.py", "helpers.py", "modeling_acme.py"]
+    assert code.elsewhere == ["other/repo--tokenization_other.OtherTokenizer"]
+    assert code.missing == ["../../etc/passwd"]
+    assert not marker.exists()
+
+
+def test_consent_names_the_files_in_the_log_and_refusal_names_them_too(custom_folder, caplog):
+    folder, marker = custom_folder
+    with pytest.raises(ModelError, match="configuration_acme.py, modeling_acme.py, helpers.py, acme_utils.py"):
+        loading.check_model_folder(folder)
+    with caplog.at_level(logging.WARNING, logger="engine"):
+        loading.check_model_folder(folder, trust_remote_code=True)
+    assert "runs Python code from" in caplog.text and "configuration_acme.py, modeling_acme.py, helpers.py, " \
+        "acme_utils.py" in caplog.text and "other/repo--" in caplog.text
+    assert not marker.exists()
+
+
+def test_models_check_lists_the_code_files(custom_folder):
+    folder, marker = custom_folder
+    result = CliRunner().invoke(app, ["models", "check", str(folder)], env={"COLUMNS": "300"})
+    assert "Traceback" not in result.output
+    assert "custom code" in result.output and "configuration_acme.py, modeling_acme.py" in result.output
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header", "not-an-object"])
+def test_a_damaged_safetensors_file_is_named(demo_model_dir, tmp_path, damage):
+    folder = tmp_path / "damaged"
+    shutil.copytree(demo_model_dir, folder)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    if damage == "truncated":
+        weights.write_bytes(data[: len(data) // 2])
+    elif damage == "header":
+        weights.write_bytes(struct.pack("<Q", 10) + b"{not json!" + data[18:])
+    else:
+        weights.write_bytes(struct.pack("<Q", 2) + b"[]" + data[10:])
+    with pytest.raises(ModelError, match="model.safetensors"):
+        loading.load_model(folder)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(data[:100])
+    from engine.inference.source import attach_adapter
+
+    with pytest.raises(ModelError, match="adapter_model.safetensors"):
+        attach_adapter(None, str(adapter), str(demo_model_dir))
