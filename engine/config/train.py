@@ -72,6 +72,23 @@ class TrainConfig:
     max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset")
     train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
     mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
+    default_system: str | None = opt(
+        None, "System prompt for rows without one, replacing the template's default (empty text: none). Empty: the "
+        "template's.", section="dataset")
+    enable_thinking: bool | None = opt(
+        True, "Reasoning templates (qwen3, deepseekr1, ...): true trains an empty thought with answers that have "
+        "none; false drops every thought and puts the empty one in the prompt; null keeps thoughts, empty one in "
+        "the prompt.", section="dataset")
+    preserve_thinking: bool = opt(
+        False, "Reasoning templates: keep earlier turns' thoughts in DPO prompts and with mask_history (dropped by "
+        "default, as the model sees them at inference).", section="dataset")
+    tool_format: str | None = opt(
+        None, "Tool-calling format instead of the template's: default, qwen, qwen3_5, llama3, mistral, glm4, "
+        "glm4_moe, gemma4, lfm2, ling, minimax1, minimax2, seed_oss.", section="dataset")
+    allow_special_tokens_in_text: bool = opt(
+        False, "Let control-token strings written inside message text (e.g. <|im_end|>) become control tokens, as "
+        "LLaMA-Factory does. Off: they are encoded as the plain text they spell, so data cannot forge turns.",
+        section="dataset")
     val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset")
     packing: bool = opt(False, "Pack several samples into one row (no padding).", section="dataset")
     neat_packing: bool = opt(False, "Packing without cross-sample attention.", section="dataset")
@@ -149,8 +166,8 @@ KEY_ALIASES = {"ulysses_size": "cp_size", "sequence_parallel_size": "cp_size", "
 # once in the log, rather than refusing a user's existing LLaMA-Factory config.
 ACCEPTED_FOREIGN_KEYS = {
     "preprocessing_num_workers", "dataloader_num_workers", "ddp_timeout", "overwrite_cache",
-    "include_effective_tokens_per_second", "disable_tqdm", "flash_attn", "use_cache", "enable_thinking",
-    "default_system", "ddp_find_unused_parameters", "dataloader_pin_memory", "logging_dir", "run_name",
+    "include_effective_tokens_per_second", "disable_tqdm", "flash_attn", "use_cache",
+    "ddp_find_unused_parameters", "dataloader_pin_memory", "logging_dir", "run_name",
     "preprocessing_batch_size", "tokenized_path", "streaming", "buffer_size", "mix_strategy",
     "interleave_probs", "trust_remote_code_ack", "disable_gradient_checkpointing", "upcast_layernorm",
     "use_unsloth", "enable_liger_kernel", "optim", "eval_on_start",

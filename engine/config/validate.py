@@ -116,17 +116,9 @@ def _data_problems(c: TrainConfig) -> list[str]:
 
 
 def _template_problems(c: TrainConfig) -> list[str]:
-    if not c.template or c.template == "auto":
-        return []
-    from engine.data.templates import TEMPLATES
+    from engine.data.templates import template_problems, template_settings
 
-    if c.template not in TEMPLATES:
-        import difflib
-
-        near = difflib.get_close_matches(c.template, list(TEMPLATES), n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
-        return [f"template {c.template!r} is unknown.{hint} Known: {', '.join(sorted(TEMPLATES))}."]
-    return []
+    return template_problems(c.template, template_settings(c))
 
 
 def _model_problems(c: TrainConfig) -> list[str]:

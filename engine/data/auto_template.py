@@ -36,11 +36,15 @@ class TokenizerTemplate:
     reasoning = False
     preserve_thinking = False
 
-    def __init__(self, tokenizer, *, special_tokens_in_text: bool = False) -> None:
+    def __init__(self, tokenizer, *, default_system: str | None = None, enable_thinking: bool | None = True,
+                 special_tokens_in_text: bool = False) -> None:
         self.tokenizer = tokenizer
         self.special_tokens_in_text = special_tokens_in_text
         self.stop_words: tuple[str, ...] = (tokenizer.eos_token,) if tokenizer.eos_token else ()
-        self.default_system = ""
+        self.default_system = default_system or ""
+        """Replaces the chat template's own default when set (LF's default_system)."""
+        self.enable_thinking = enable_thinking
+        """Passed to chat templates that read it (Qwen3's) when not true."""
 
     @property
     def jinja(self) -> str:
@@ -66,6 +70,9 @@ class TokenizerTemplate:
     def _render(self, messages: list[dict], system: str | None, tools: str | None,
                 add_generation_prompt: bool = False) -> str:
         kwargs = {"tools": json.loads(tools)} if tools else {}
+        if self.enable_thinking is not True:
+            kwargs["enable_thinking"] = False
+        system = system or self.default_system or None
         try:
             return self.tokenizer.apply_chat_template(
                 self._hf_messages(messages, system), tokenize=False, add_generation_prompt=add_generation_prompt,

@@ -59,11 +59,17 @@ def control_pattern(tokens: tuple[str, ...], allowed: tuple[str, ...] = ()) -> r
     return re.compile(f"(?P<keep>{'|'.join(keep)})|{alternatives}" if keep else f"(?P<keep>(?!))|{alternatives}")
 
 
+@lru_cache(maxsize=1)
+def registry_control_tokens() -> tuple[str, ...]:
+    """Every control token a registered template writes (what checks without a tokenizer look for)."""
+    from engine.data.templates import TEMPLATES
+
+    return tuple(sorted({token for template in TEMPLATES.values() for token in template_control_tokens(template)}))
+
+
 def _tokens_of(source) -> tuple[str, ...]:
     if source is None:
-        from engine.data.templates import TEMPLATES
-
-        return tuple(sorted({token for template in TEMPLATES.values() for token in template_control_tokens(template)}))
+        return registry_control_tokens()
     if hasattr(source, "literal_texts"):
         return template_control_tokens(source)
     return control_tokens(source)

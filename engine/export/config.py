@@ -38,6 +38,18 @@ class ExportConfig:
     infer_dtype: str = opt(
         "auto", "dtype of the exported weights; auto keeps the base checkpoint's dtype.", choices=INFER_DTYPES,
         section="model")
+    default_system: str | None = opt(
+        None, "Default system prompt written into the exported chat template; use training's.", section="model")
+    enable_thinking: bool | None = opt(
+        True, "Reasoning templates: the exported chat template's default for enable_thinking; use training's.",
+        section="model")
+    preserve_thinking: bool = opt(
+        False, "Reasoning templates: the exported chat template keeps earlier answers' thoughts.", section="model")
+    tool_format: str | None = opt(None, "Tool-calling format instead of the template's; use training's.",
+                                  section="model")
+    allow_special_tokens_in_text: bool = opt(
+        False, "Let control-token strings in messages become control tokens in the export's probe prompts.",
+        section="model")
     export_dir: str | None = opt(None, "Folder the exported model is written to (new or empty).", section="export")
     export_size: float = opt(5, "Largest weight shard, in GB; a single tensor bigger than this gets its own shard.",
                              section="export")
@@ -61,8 +73,8 @@ class ExportConfig:
 ACCEPTED_FOREIGN_EXPORT_KEYS = {
     "stage", "do_train", "flash_attn", "use_fast_tokenizer", "cache_dir", "model_revision", "hf_hub_token",
     "ms_hub_token", "low_cpu_mem_usage", "infer_backend", "export_quantization_dataset",
-    "export_quantization_nsamples", "export_quantization_maxlen", "enable_thinking", "default_system",
-    "quantization_method", "print_param_status", "use_unsloth", "enable_liger_kernel",
+    "export_quantization_nsamples", "export_quantization_maxlen", "quantization_method", "print_param_status",
+    "use_unsloth", "enable_liger_kernel",
 }
 
 

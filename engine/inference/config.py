@@ -45,6 +45,17 @@ class InferConfig:
     quantization_bit: int | None = opt(
         None, "Load the base in 4 or 8 bits (bitsandbytes, CUDA only).", choices=(4, 8), section="model")
     default_system: str | None = opt(None, "System prompt used when a conversation has none.", section="generation")
+    enable_thinking: bool | None = opt(
+        True, "Reasoning templates: true lets the model think; false (or null) starts its answer with an empty "
+        "thought. Use training's value.", section="generation")
+    preserve_thinking: bool = opt(
+        False, "Reasoning templates: keep the thoughts of earlier answers in the prompt (dropped by default).",
+        section="generation")
+    tool_format: str | None = opt(
+        None, "Tool-calling format instead of the template's; must be training's.", section="generation")
+    allow_special_tokens_in_text: bool = opt(
+        False, "Let control-token strings typed inside messages (e.g. <|im_end|>) become control tokens. Off: they "
+        "stay plain text, so a message cannot forge a system or assistant turn.", section="generation")
     max_new_tokens: int = opt(1024, "Most tokens generated per answer.", section="generation")
     do_sample: bool = opt(True, "Sample (true) or decode greedily (false, reproducible).", section="generation")
     temperature: float = opt(0.95, "Sampling temperature (ignored when do_sample is false).", section="generation")
@@ -74,9 +85,9 @@ class InferConfig:
 # Keys LLaMA-Factory's inference YAML may carry that only tune its own loaders or multimodal inputs.
 ACCEPTED_FOREIGN_INFER_KEYS = {
     "stage", "do_train", "flash_attn", "use_fast_tokenizer", "cache_dir", "model_revision", "hf_hub_token",
-    "ms_hub_token", "om_hub_token", "low_cpu_mem_usage", "rope_scaling", "max_length", "enable_thinking",
-    "use_cache", "print_param_status", "image_max_pixels", "image_min_pixels", "video_max_pixels",
-    "video_min_pixels", "video_fps", "video_maxlen", "vllm_config", "sglang_config", "sglang_tp_size",
+    "ms_hub_token", "om_hub_token", "low_cpu_mem_usage", "rope_scaling", "max_length", "use_cache",
+    "print_param_status", "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels",
+    "video_fps", "video_maxlen", "vllm_config", "sglang_config", "sglang_tp_size",
     "sglang_lora_backend", "quantization_method", "quantization_type", "double_quantization", "use_unsloth",
     "enable_liger_kernel", "moe_aux_loss_coef", "disable_gradient_checkpointing", "upcast_layernorm",
     "upcast_lmhead_output", "infer_backend_config", "offload_folder", "device_map",

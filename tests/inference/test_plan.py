@@ -119,7 +119,7 @@ def test_prompt_files(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_modelfile_pieces_reproduce_every_template(name):
-    template = TEMPLATES[name]
+    template = TEMPLATES[name].with_tokens("<s>", "</s>")  # as bound to a tokenizer with these BOS / EOS
     parts = extract_parts(template)
     assert parts is not None
     for messages in ([{"role": "user", "content": "Q"}],

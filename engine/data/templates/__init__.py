@@ -30,7 +30,9 @@ The golden renderings in tests/assets/templates/ come from LLaMA-Factory's own t
 """
 
 from engine.data.auto_template import TokenizerTemplate
-from engine.data.templates.registry import MULTIMODAL_TEMPLATES, TEMPLATES, get_template
+from engine.data.templates.registry import (MULTIMODAL_TEMPLATES, TEMPLATE_SETTING_KEYS, TEMPLATES, get_template,
+                                           template_problems, template_settings)
 from engine.data.templates.template import Template, normalize_messages
 
-__all__ = ["MULTIMODAL_TEMPLATES", "TEMPLATES", "Template", "TokenizerTemplate", "get_template", "normalize_messages"]
+__all__ = ["MULTIMODAL_TEMPLATES", "TEMPLATES", "TEMPLATE_SETTING_KEYS", "Template", "TokenizerTemplate",
+           "get_template", "normalize_messages", "template_problems", "template_settings"]

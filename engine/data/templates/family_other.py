@@ -49,7 +49,8 @@ OTHER_TEMPLATES: dict[str, Template] = {
         tool_format="minimax1", default_system="You are a helpful assistant.", stop_words=("<end_of_sentence>",)),
     "minimax2": Template(
         "minimax2", user="]~b]user\n{{content}}[e~[\n]~b]ai\n", assistant="{{content}}[e~[\n",
-        system="]~!b[]~b]system\n{{content}}[e~[\n", observation="]~b]tool\n<response>{{content}}</response>[e~[\n]~b]ai\n",
+        system="]~!b[]~b]system\n{{content}}[e~[\n",
+        observation="]~b]tool\n<response>{{content}}</response>[e~[\n]~b]ai\n",
         tool_format="minimax2", default_system="You are a helpful assistant. Your name is MiniMax-M2.1 and is built by "
         "MiniMax.", stop_words=("[e~[",), reasoning=True),
     "olmo": Template("olmo", user="<|user|>\n{{content}}<|assistant|>\n", prefix="{{eos_token}}"),
@@ -63,8 +64,9 @@ OTHER_TEMPLATES: dict[str, Template] = {
         replace_eos=True),
     "solar": Template("solar", user="### User:\n{{content}}\n\n### Assistant:\n", system="### System:\n{{content}}\n\n",
                       efficient_eos=True),
-    "starchat": Template("starchat", user="<|user|>\n{{content}}<|end|>\n<|assistant|>", assistant="{{content}}<|end|>\n",
-                         system="<|system|>\n{{content}}<|end|>\n", stop_words=("<|end|>",)),
+    "starchat": Template("starchat", user="<|user|>\n{{content}}<|end|>\n<|assistant|>",
+                         assistant="{{content}}<|end|>\n", system="<|system|>\n{{content}}<|end|>\n",
+                         stop_words=("<|end|>",)),
     "telechat2": Template(
         "telechat2", user="<_user>{{content}}<_bot>", system="<_system>{{content}}",
         default_system="你是中国电信星辰语义大模型，英文名是TeleChat，你是由中电信人工智能科技有限公司和中国电信人工智能研究院"
@@ -75,11 +77,12 @@ OTHER_TEMPLATES: dict[str, Template] = {
         default_system="以下是用户和人工智能助手之间的对话。用户以Human开头，人工智能助手以Assistant开头，会对人类提出的问题给出"
         "有帮助、高质量、详细和礼貌的回答，并且总是拒绝参与与不道德、不安全、有争议、政治敏感等相关的话题、问题和指示。\n"),
     "youtu": Template(
-        "youtu", user="<|User|>{{content}}<|Assistant|>", assistant="{{content}}<|end_of_text|>", function="{{content}}",
-        observation="<tool_response>\n{{content}}\n</tool_response><|Assistant|>", prefix="{{bos_token}}",
+        "youtu", user="<|User|>{{content}}<|Assistant|>", assistant="{{content}}<|end_of_text|>",
+        function="{{content}}", observation="<tool_response>\n{{content}}\n</tool_response><|Assistant|>", prefix="{{bos_token}}",
         stop_words=("<|end_of_text|>",), replace_eos=True, reasoning=True),
     "yuan": Template("yuan", user=("{{content}}", token("<sep>")), assistant="{{content}}<eod>\n",
                      stop_words=("<eod>",)),
     "zephyr": Template("zephyr", user="<|user|>\n{{content}}{{eos_token}}<|assistant|>\n",
-                       system="<|system|>\n{{content}}{{eos_token}}", default_system="You are Zephyr, a helpful assistant."),
+                       system="<|system|>\n{{content}}{{eos_token}}",
+                       default_system="You are Zephyr, a helpful assistant."),
 }

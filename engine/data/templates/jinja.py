@@ -95,8 +95,8 @@ def to_jinja(template) -> str:
         "{%- if messages and messages[0]['role'] == 'system' -%}"
         "{%- if messages[0]['content'] -%}{%- set system_message = messages[0]['content'] -%}{%- endif -%}"
         "{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set loop_messages = messages -%}{%- endif -%}",
-        (f"{{%- set thinking = enable_thinking if enable_thinking is defined else {json.dumps(template.enable_thinking)}"
-         " -%}") if template.reasoning else "",
+        ("{%- set thinking = enable_thinking if enable_thinking is defined else "
+         f"{json.dumps(template.enable_thinking)} -%}}") if template.reasoning else "",
         "{%- for message in loop_messages -%}{%- set content = message['content'] or '' -%}",
         f"{{%- if loop.first -%}}{{{{ {_expr(template, template.prefix, None)} }}}}{first_system}{{%- endif -%}}",
         "{%- if message['role'] == 'user' -%}",

@@ -40,7 +40,11 @@ def get_template(name: str | None, tokenizer=None, *, default_system: str | None
     `allow_special_tokens_in_text` lets control-token strings inside message text become control tokens.
     """
     if name in (None, "", "auto"):
-        return _auto(tokenizer, allow_special_tokens_in_text)
+        if tool_format is not None:
+            raise DataError("tool_format applies to a named template; template auto uses the model's own chat "
+                            "template, tool format included. Set template to the model's family.")
+        return _auto(tokenizer, default_system=default_system, enable_thinking=enable_thinking,
+                     special_tokens_in_text=allow_special_tokens_in_text)
     template = TEMPLATES.get(name)
     if template is None:
         if name in MULTIMODAL_TEMPLATES:
@@ -57,10 +61,39 @@ def get_template(name: str | None, tokenizer=None, *, default_system: str | None
     return template.bind(tokenizer) if tokenizer is not None else template
 
 
-def _auto(tokenizer, allow_special_tokens_in_text: bool) -> TokenizerTemplate:
+def _auto(tokenizer, **settings) -> TokenizerTemplate:
     if tokenizer is None:
         raise DataError("template: auto uses the model's chat template, so it needs the model's tokenizer.")
     if not isinstance(getattr(tokenizer, "chat_template", None), str):
         raise DataError("The model has no chat template (a base model?). Set template to one of: "
                         f"{', '.join(TEMPLATES)} (e.g. default for a base model).")
-    return TokenizerTemplate(tokenizer, special_tokens_in_text=allow_special_tokens_in_text)
+    return TokenizerTemplate(tokenizer, **settings)
+
+
+TEMPLATE_SETTING_KEYS: tuple[str, ...] = ("default_system", "enable_thinking", "preserve_thinking", "tool_format",
+                                          "allow_special_tokens_in_text")
+
+
+def template_settings(config) -> dict:
+    """The get_template keyword arguments a training, inference or export config sets (LF's data keys)."""
+    return {key: getattr(config, key) for key in TEMPLATE_SETTING_KEYS if hasattr(config, key)}
+
+
+def template_problems(name: str | None, settings: dict) -> list[str]:
+    """What is wrong with a config's template name and settings, as sentences (empty: nothing)."""
+    problems = []
+    if name and name != "auto" and name not in TEMPLATES:
+        try:
+            get_template(name)
+        except DataError as exc:
+            problems.append(str(exc))
+    tool_format = settings.get("tool_format")
+    if tool_format is not None:
+        try:
+            check_tool_format(tool_format)
+        except DataError as exc:
+            problems.append(str(exc))
+        if name in (None, "", "auto"):
+            problems.append("tool_format applies to a named template; template auto uses the model's own chat "
+                            "template, tool format included. Set template to the model's family.")
+    return problems

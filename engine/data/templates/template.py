@@ -87,7 +87,8 @@ class Template:
         changes: dict = {"special_tokens_in_text": allow_special_tokens_in_text}
         if tool_format is not None:
             # LF swaps in a plain function slot along with the tool format.
-            changes.update(tool_format=tool_format, tools=None, function=CONTENT if self.efficient_eos else CONTENT + EOS)
+            plain = CONTENT if self.efficient_eos else CONTENT + EOS
+            changes.update(tool_format=tool_format, tools=None, function=plain)
         if default_system is not None:
             changes["default_system"] = default_system
         if self.reasoning:
@@ -131,11 +132,16 @@ class Template:
         """The conversation as text: as trained (every turn), or, with add_generation_prompt, the chat prompt."""
         if add_generation_prompt:
             return self.render_oneturn(_with_empty_answer(messages), system, tools)[0]
-        turns, system, tools = self._prepare(messages, system, tools, marked=None)
-        if len(turns) % 2:  # a conversation ending with a user turn and no generation prompt
-            turns = thinking.history_view(self, turns)
-            return "".join(self._text(group) for group in self._elements(turns, system, tools))
+        if len(normalize_messages(messages, system)[0]) % 2:  # ends with a user turn, no generation prompt
+            return self.render_history(messages, system, tools)
         return "".join(prompt + answer for prompt, answer in self.render_turns(messages, system, tools))
+
+    def render_history(self, messages: list[dict], system: str | None = None, tools: str | None = None) -> str:
+        """The messages as a chat prompt shows earlier turns: each answer as history (a reasoning template drops its
+        thought unless preserve_thinking, and adds no empty one), no generation prompt."""
+        turns, system, tools = self._prepare(messages, system, tools, marked=None)
+        turns = thinking.history_view(self, turns)
+        return "".join(self._text(group) for group in self._elements(turns, system, tools))
 
     # --------------------------------------------------------------------------------------------- token ids
     def encode_multiturn(self, tokenizer, messages: list[dict], system: str | None = None, tools: str | None = None,
