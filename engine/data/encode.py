@@ -1,7 +1,9 @@
 """Normalized examples -> token ids and labels, with the prompt masked out.
 
 SFT: every assistant turn of a multi-turn conversation is trained (its answer tokens and its end-of-turn token);
-prompts, system text and tool results are labelled IGNORE_INDEX. mask_history=True trains only the last turn.
+prompts, system text and tool results are labelled IGNORE_INDEX. mask_history=True trains only the last turn (and a
+reasoning template drops the earlier thoughts, as LLaMA-Factory does). DPO pairs use the last-turn view
+(template.encode_oneturn, LF's pairwise encoding). Token ids are the template's, slot by slot as in LF.
 Truncation to cutoff_len shares the budget between prompt and answer (LLaMA-Factory's infer_seqlen), so a long
 prompt cannot squeeze the answer out entirely. Unlike LLaMA-Factory, a later turn whose prompt would be cut is left
 out whole: an answer trained after a prompt that lost its assistant header teaches the wrong format. Rows left with

@@ -17,6 +17,7 @@ text there, so it is left alone).
 from __future__ import annotations
 
 import re
+import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -28,8 +29,26 @@ _LOOKS_LIKE_CONTROL = re.compile(
     r"|<start_of_turn>|<end_of_turn>|\[gMASK\]|<sop>|<s>|</s>|<bos>|<eos>|<unk>")
 
 
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def control_tokens(tokenizer) -> tuple[str, ...]:
     """The tokenizer's control tokens: its special tokens and every added token it marks special."""
+    try:  # cached per tokenizer (computed per example otherwise); a tokenizer that grew is looked at again
+        size, tokens = _CACHE[tokenizer]
+        if size == len(tokenizer):
+            return tokens
+    except (KeyError, TypeError):
+        pass
+    tokens = _control_tokens(tokenizer)
+    try:
+        _CACHE[tokenizer] = (len(tokenizer), tokens)
+    except TypeError:  # not weak-referenceable or no length: not cached
+        pass
+    return tokens
+
+
+def _control_tokens(tokenizer) -> tuple[str, ...]:
     tokens = set(getattr(tokenizer, "all_special_tokens", None) or ())
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     tokens.update(token.content for token in decoder.values() if getattr(token, "special", False))

@@ -210,3 +210,42 @@ def test_fix_tokenizer_writes_the_training_template(qwen_tokenizer):
     changes = template.fix_tokenizer(tokenizer)
     assert any("chat_template" in change for change in changes)
     assert tokenizer.apply_chat_template(_hf(CHAT, "S"), tokenize=False) == template.render(CHAT, system="S")
+
+
+def test_openai_messages_render_like_llamafactorys_internal_form():
+    call = {"name": "get_time", "arguments": {"city": "Oslo"}}
+    internal = [{"role": "user", "content": "Time?"}, {"role": "function", "content": json.dumps([call])},
+                {"role": "observation", "content": "10:00"}, {"role": "assistant", "content": "Ten."}]
+    openai = [{"role": "system", "content": "S"}, {"role": "user", "content": "Time?"},
+              {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": call}]},
+              {"role": "tool", "content": "10:00"}, {"role": "assistant", "content": "Ten."}]
+    template = TEMPLATES["qwen"]
+    assert template.render(openai, tools=TOOLS) == template.render(internal, system="S", tools=TOOLS)
+    assert template.render_turns(openai)[0][1].startswith('<tool_call>\n{"name": "get_time"')
+    with pytest.raises(DataError, match="Unknown message role 'narrator'"):
+        template.render([{"role": "narrator", "content": "x"}])
+
+
+def test_config_validation_names_template_problems():
+    import engine
+
+    cfg = engine.load_config({"dataset": "identity", "template": "llava", "tool_format": "xml"})
+    joined = "\n".join(engine.validate(cfg))
+    assert "llava is a multimodal template" in joined and "Unknown tool_format 'xml'" in joined
+    auto = engine.load_config({"dataset": "identity", "template": "auto", "tool_format": "qwen"})
+    assert any("tool_format applies to a named template" in p for p in engine.validate(auto))
+
+
+def test_export_keeps_the_models_chat_template_when_the_template_is_not_jinja():
+    from transformers import AutoTokenizer
+
+    from tests.data.template_goldens import ASSETS
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ASSETS / "tokenizer"))
+    tokenizer.chat_template = "{{ 'own' }}"
+    changes = get_template("chatglm3", tokenizer).fix_tokenizer(tokenizer)
+    assert tokenizer.chat_template == "{{ 'own' }}"
+    assert any(change.startswith("chat_template kept: template 'chatglm3' inserts") for change in changes)
+    llama3 = get_template("llama3", tokenizer)
+    assert "chat_template -> template 'llama3'" in llama3.fix_tokenizer(tokenizer)
+    assert tokenizer.eos_token == "<|eot_id|>"  # LF's replace_eos

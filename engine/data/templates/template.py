@@ -101,9 +101,13 @@ class Template:
         EOS is what LLaMA-Factory's fix_special_tokens leaves: the first stop word with replace_eos, else the
         tokenizer's, else <|endoftext|>.
         """
+        bos_token, eos_token = self._effective_tokens(bos_token, eos_token)
+        return dataclasses.replace(self, bos_token=bos_token, eos_token=eos_token)
+
+    def _effective_tokens(self, bos_token: str | None, eos_token: str | None) -> tuple[str | None, str]:
         if self.replace_eos and self.stop_words:
             eos_token = self.stop_words[0]
-        return dataclasses.replace(self, bos_token=bos_token, eos_token=eos_token or "<|endoftext|>")
+        return bos_token, eos_token or "<|endoftext|>"
 
     def literal_texts(self) -> list[str]:
         """Every fixed text the template writes (for finding its control tokens)."""
@@ -116,14 +120,14 @@ class Template:
 
         `discard_history_thoughts`: drop the thoughts of all but the last answer (LF does this for mask_history).
         """
-        turns, system, tools = self._prepare(messages, system, tools, marked=None)
+        turns, system, tools = self._prepare(messages, system, tools, escape_for=None)
         pairs = thinking.multiturn(self, turns, lambda t: self._elements(t, system, tools), discard_history_thoughts)
         return [(self._text(prompt), self._text(answer)) for prompt, answer in pairs]
 
     def render_oneturn(self, messages: list[dict], system: str | None = None,
                        tools: str | None = None) -> tuple[str, str]:
         """(prompt text, answer text) of the last answer, as LF's encode_oneturn (DPO pairs, chat prompts)."""
-        turns, system, tools = self._prepare(messages, system, tools, marked=None)
+        turns, system, tools = self._prepare(messages, system, tools, escape_for=None)
         prompt, answer = thinking.oneturn(self, turns, lambda t: self._elements(t, system, tools))
         return self._text(prompt), self._text(answer)
 
@@ -139,7 +143,7 @@ class Template:
     def render_history(self, messages: list[dict], system: str | None = None, tools: str | None = None) -> str:
         """The messages as a chat prompt shows earlier turns: each answer as history (a reasoning template drops its
         thought unless preserve_thinking, and adds no empty one), no generation prompt."""
-        turns, system, tools = self._prepare(messages, system, tools, marked=None)
+        turns, system, tools = self._prepare(messages, system, tools, escape_for=None)
         turns = thinking.history_view(self, turns)
         return "".join(self._text(group) for group in self._elements(turns, system, tools))
 
@@ -148,7 +152,7 @@ class Template:
                          *, discard_history_thoughts: bool = False) -> list[tuple[list[int], list[int]]]:
         """(prompt_ids, answer_ids) per assistant turn: the ids LLaMA-Factory's encode_multiturn gives."""
         bound = self._bound(tokenizer)
-        turns, system, tools = bound._prepare(messages, system, tools, marked=tokenizer)
+        turns, system, tools = bound._prepare(messages, system, tools, escape_for=tokenizer)
         pairs = thinking.multiturn(bound, turns, lambda t: bound._elements(t, system, tools),
                                    discard_history_thoughts)
         ids = bound._encoder(tokenizer).encode([group for pair in pairs for group in pair])
@@ -158,7 +162,7 @@ class Template:
                        tools: str | None = None) -> tuple[list[int], list[int]]:
         """(prompt_ids, answer_ids) of the last answer: the ids LLaMA-Factory's encode_oneturn gives."""
         bound = self._bound(tokenizer)
-        turns, system, tools = bound._prepare(messages, system, tools, marked=tokenizer)
+        turns, system, tools = bound._prepare(messages, system, tools, escape_for=tokenizer)
         prompt, answer = thinking.oneturn(bound, turns, lambda t: bound._elements(t, system, tools))
         prompt_ids, answer_ids = bound._encoder(tokenizer).encode([prompt, answer])
         return prompt_ids, answer_ids
@@ -189,10 +193,12 @@ class Template:
 
     # --------------------------------------------------------------------------------------------- internals
     def _prepare(self, messages: list[dict], system: str | None, tools: str | None,
-                 marked) -> tuple[list[Message], str, str | None]:
+                 escape_for) -> tuple[list[Message], str, str | None]:
+        """Messages as (role, content), the system prompt, tools; data text marked for escaping when encoding for
+        a tokenizer (`escape_for`) unless the template allows control tokens in text."""
         turns, system = normalize_messages(messages, system)
-        if marked is not None and not self.special_tokens_in_text:
-            pattern = control_pattern(control_tokens(marked), _allowed_words(self))
+        if escape_for is not None and not self.special_tokens_in_text:
+            pattern = control_pattern(control_tokens(escape_for), _allowed_words(self))
             if pattern is not None:
                 turns = [(role, mark_control_strings(content, pattern)) for role, content in turns]
                 system = mark_control_strings(system, pattern) if system else system
@@ -253,8 +259,7 @@ class Template:
         return SlotEncoder(tokenizer, self.bos_token, self.eos_token)
 
     def _bound(self, tokenizer) -> Template:
-        expected = self.with_tokens(tokenizer.bos_token, tokenizer.eos_token)
-        if (expected.bos_token, expected.eos_token) == (self.bos_token, self.eos_token):
+        if self._effective_tokens(tokenizer.bos_token, tokenizer.eos_token) == (self.bos_token, self.eos_token):
             return self  # get_template(name, tokenizer) already bound and checked it
         return self.bind(tokenizer)
 
