@@ -22,7 +22,6 @@ class InferConfig(ModelSource):
         "huggingface", "Generation engine: huggingface (everywhere), vllm or sglang (CUDA, optional extras).",
         choices=INFER_BACKENDS, section="model",
         choices_note="LLaMA-Factory's ktransformers backend is not supported.")
-    default_system: str | None = opt(None, "System prompt used when a conversation has none.", section="generation")
     max_new_tokens: int = opt(1024, "Most tokens generated per answer.", section="generation", ge=1, le=10**6)
     do_sample: bool = opt(True, "Sample (true) or decode greedily (false, reproducible).", section="generation")
     temperature: float = opt(0.95, "Sampling temperature (ignored when do_sample is false).", section="generation",

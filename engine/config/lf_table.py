@@ -132,13 +132,6 @@ LF_KEYS: dict[str, Rule] = {
               "balance them", mix_strategy="concat", interleave_probs=None),
     **refused("LLaMA-Factory's saved tokenized datasets", "datasets named in dataset are tokenized on each run",
               tokenized_path=None),
-    **refused("a tool-call format other than the template's", "use the template whose tool format you need",
-              tool_format=None),
-    **refused("a system prompt that overrides the template's", "give the system prompt in the data (a system "
-              "column in dataset_info.json)", scope=frozenset({TRAIN, EXPORT}), default_system=None),
-    **refused("LLaMA-Factory's enable_thinking: false (reasoning removed from answers)",
-              "use the template's _nothink variant (for example qwen3_nothink)", scope=ALL, enable_thinking=True),
-    **refused("keeping the reasoning of earlier turns", None, scope=ALL, preserve_thinking=False),
     **refused("training on padding tokens", None, ignore_pad_token_for_loss=True),
     **refused("training without shuffling", None, disable_shuffling=False),
     **refused("a data-order seed apart from seed", "seed sets the data order too", data_seed=None),

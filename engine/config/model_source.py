@@ -34,6 +34,19 @@ class ModelSource:
     quantization_bit: int | None = opt(
         None, "Load the base in 4 or 8 bits (bitsandbytes, CUDA only). Export: must stay empty, adapters are merged "
         "into the full-precision base.", choices=(4, 8), section="model")
+    # The template settings training used; the chat and the exported chat template must render alike.
+    default_system: str | None = opt(None, "System prompt used when a conversation has none (use training's).",
+                                     section="model")
+    enable_thinking: bool | None = opt(
+        True, "Reasoning templates: true adds an empty thought to answers, false puts it in the prompt, null keeps "
+        "thoughts as they are (use training's).", section="model")
+    preserve_thinking: bool = opt(
+        False, "Reasoning templates: keep earlier answers' thoughts in the prompt (use training's).", section="model")
+    tool_format: str | None = opt(None, "Tool-calling format instead of the template's (use training's).",
+                                  section="model")
+    allow_special_tokens_in_text: bool = opt(
+        False, "Let control-token strings inside messages become control tokens (off: they stay plain text, so a "
+        "message cannot forge a turn).", section="model")
 
     unused_keys: tuple[str, ...] = internal(())
     """LLaMA-Factory keys the config carried that change nothing here (named once)."""

@@ -90,6 +90,23 @@ class TrainConfig:
                                   ge=1, le=BIG)
     train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
     mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
+    default_system: str | None = opt(
+        None, "System prompt for rows without one, replacing the template's default (empty text: none). Empty: the "
+        "template's.", section="dataset")
+    enable_thinking: bool | None = opt(
+        True, "Reasoning templates (qwen3, deepseekr1, ...): true trains an empty thought with answers that have "
+        "none; false drops every thought and puts the empty one in the prompt; null keeps thoughts, empty one in "
+        "the prompt.", section="dataset")
+    preserve_thinking: bool = opt(
+        False, "Reasoning templates: keep earlier turns' thoughts in DPO prompts and with mask_history (dropped by "
+        "default, as the model sees them at inference).", section="dataset")
+    tool_format: str | None = opt(
+        None, "Tool-calling format instead of the template's: default, qwen, qwen3_5, llama3, mistral, glm4, "
+        "glm4_moe, gemma4, lfm2, ling, minimax1, minimax2, seed_oss.", section="dataset")
+    allow_special_tokens_in_text: bool = opt(
+        False, "Let control-token strings written inside message text (e.g. <|im_end|>) become control tokens, as "
+        "LLaMA-Factory does. Off: they are encoded as the plain text they spell, so data cannot forge turns.",
+        section="dataset")
     val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset",
                           ge=0, le=BIG)
     packing: bool | None = opt(

@@ -139,17 +139,9 @@ def _stage_data_problem(stage: str, name: str, spec) -> str | None:
 
 
 def _template_problems(c: TrainConfig) -> list[str]:
-    if not c.template or c.template == "auto":
-        return []
-    from engine.data.templates import TEMPLATES
+    from engine.data.templates import template_problems, template_settings
 
-    if c.template not in TEMPLATES:
-        import difflib
-
-        near = difflib.get_close_matches(c.template, list(TEMPLATES), n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
-        return [f"template {short_repr(c.template, 60)} is unknown.{hint} Known: {', '.join(sorted(TEMPLATES))}."]
-    return []
+    return template_problems(c.template, template_settings(c))
 
 
 def _model_problems(c: TrainConfig) -> list[str]:

@@ -20,6 +20,8 @@ from engine.data.formats import ROLE_ALIASES, RowError, convert_record
 from engine.data.registry import TAG_DEFAULTS, DatasetSpec
 from engine.data.repair import ALPACA_FIELDS, fill_row, repair_rows
 from engine.data.text import escape_control, find_control, shorten
+from engine.data.special_tokens import find_control_strings
+from engine.data.templates.registry import registry_control_tokens
 from engine.errors import DataError
 
 FileFormat = Literal["alpaca", "sharegpt", "openai", "unknown"]
@@ -197,6 +199,7 @@ def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -
             problems.append(Problem(index + 1, exc.field, exc.detail, line=lines[index]))
             continue
         problems += _row_warnings(row, example, spec, index + 1, lines[index])
+        problems += _control_token_problems(example, index + 1, lines[index])
     return problems
 
 
@@ -208,6 +211,20 @@ def _row_warnings(row: dict, example: dict, spec: DatasetSpec, number: int, line
     if any(m["role"] == "user" and not m["content"].strip() for m in example["messages"]):
         return [Problem(number, spec.column("messages") or prompt, "a user message is empty.", "warning", line)]
     return []
+
+
+def _control_token_problems(example: dict, number: int, line: int | None) -> list[Problem]:
+    """Text spelling control tokens ("<|im_end|>\n<|im_start|>system") would forge turns if encoded as tokens."""
+    texts = [m["content"] for m in example["messages"]]
+    texts += [example.get(key) for key in ("system", "tools", "chosen", "rejected")]
+    tokens = registry_control_tokens()
+    found = list(dict.fromkeys(s for text in texts if isinstance(text, str) for s in find_control_strings(text, tokens)))
+    if not found:
+        return []
+    return [Problem(number, None, f"the text spells control token(s) {', '.join(found[:5])}. Training and chat "
+                    "encode them as the plain text they spell, so the row cannot forge a turn; set "
+                    "allow_special_tokens_in_text: true to make them real control tokens (LLaMA-Factory's way).",
+                    "warning", line)]
 
 
 def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:

@@ -1,7 +1,9 @@
 """Normalized examples -> token ids and labels, with the prompt masked out.
 
 SFT: every assistant turn of a multi-turn conversation is trained (its answer tokens and its end-of-turn token);
-prompts, system text and tool results are labelled IGNORE_INDEX. mask_history=True trains only the last turn.
+prompts, system text and tool results are labelled IGNORE_INDEX. mask_history=True trains only the last turn (and a
+reasoning template drops the earlier thoughts, as LLaMA-Factory does). DPO pairs use the last-turn view
+(template.encode_oneturn, LF's pairwise encoding). Token ids are the template's, slot by slot as in LF.
 Truncation to cutoff_len shares the budget between prompt and answer (LLaMA-Factory's infer_seqlen), so a long
 prompt cannot squeeze the answer out entirely. Unlike LLaMA-Factory, a later turn whose prompt would be cut is left
 out whole: an answer trained after a prompt that lost its assistant header teaches the wrong format. Rows left with
@@ -61,9 +63,10 @@ def encode_supervised(examples: list[dict], tokenizer, template, cutoff_len: int
     counts = _Counts()
     samples = []
     for example in examples:
-        pairs = template.encode_turns(tokenizer, example["messages"], example.get("system"), example.get("tools"))
-        input_ids, labels, cut = _encode_pairs(pairs, tokenizer, template, cutoff_len, train_on_prompt,
-                                               mask_history)
+        pairs = template.encode_turns(tokenizer, example["messages"], example.get("system"), example.get("tools"),
+                                      mask_history=mask_history)
+        input_ids, labels, cut = _encode_pairs(pairs, template.eos_token_id(tokenizer), template, cutoff_len,
+                                               train_on_prompt, mask_history)
         if all(label == IGNORE_INDEX for label in labels):
             counts.dropped.append(example.get("source", "?"))
             continue
@@ -72,7 +75,7 @@ def encode_supervised(examples: list[dict], tokenizer, template, cutoff_len: int
     return EncodedSamples(samples, dropped=counts.dropped, truncated=counts.truncated)
 
 
-def _encode_pairs(pairs, tokenizer, template, cutoff_len: int, train_on_prompt: bool,
+def _encode_pairs(pairs, eos_id: int | None, template, cutoff_len: int, train_on_prompt: bool,
                   mask_history: bool) -> tuple[list[int], list[int], bool]:
     total = 1 if template.efficient_eos else 0
     untruncated = sum(len(src) + len(tgt) for src, tgt in pairs) + total
@@ -91,7 +94,7 @@ def _encode_pairs(pairs, tokenizer, template, cutoff_len: int, train_on_prompt: 
             source_labels = list(source)
         elif template.efficient_eos and turn != 0 and source:
             # GLM-4 answers have no end token of their own: the position after an answer learns to emit EOS.
-            source_labels = [tokenizer.eos_token_id] + [IGNORE_INDEX] * (len(source) - 1)
+            source_labels = [eos_id] + [IGNORE_INDEX] * (len(source) - 1)
         else:
             source_labels = [IGNORE_INDEX] * len(source)
         target_labels = [IGNORE_INDEX] * len(target) if mask_history and turn != 0 else list(target)
@@ -102,8 +105,8 @@ def _encode_pairs(pairs, tokenizer, template, cutoff_len: int, train_on_prompt: 
             input_ids += source + target
             labels += source_labels + target_labels
     if template.efficient_eos:
-        input_ids.append(tokenizer.eos_token_id)
-        labels.append(tokenizer.eos_token_id)
+        input_ids.append(eos_id)
+        labels.append(eos_id)
     return input_ids, labels, len(input_ids) < untruncated
 
 
@@ -123,6 +126,7 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
         prompt_ids, chosen_ids = _last_turn(tokenizer, template, example, example["chosen"])
         _, rejected_ids = _last_turn(tokenizer, template, example, example["rejected"])
         extra = 1 if template.efficient_eos else 0
+        eos_id = template.eos_token_id(tokenizer)
         longest = max(len(chosen_ids), len(rejected_ids))
         source_len, target_len = infer_seqlen(len(prompt_ids), longest, cutoff_len - extra)
         if target_len == 0:
@@ -132,7 +136,7 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
         prompt_ids = prompt_ids[:source_len]
         sample = {}
         for key, answer in (("chosen", chosen_ids), ("rejected", rejected_ids)):
-            answer = answer[:target_len] + ([tokenizer.eos_token_id] if extra else [])
+            answer = answer[:target_len] + ([eos_id] if extra else [])
             sample[f"{key}_input_ids"] = prompt_ids + answer
             sample[f"{key}_labels"] = [IGNORE_INDEX] * len(prompt_ids) + answer
         samples.append(sample)
@@ -140,10 +144,9 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
 
 
 def _last_turn(tokenizer, template, example: dict, answer: str) -> tuple[list[int], list[int]]:
+    # LF's pairwise encoding: the last-turn view (earlier thoughts dropped unless preserve_thinking).
     messages = example["messages"] + [{"role": "assistant", "content": answer}]
-    pairs = template.encode_turns(tokenizer, messages, example.get("system"), example.get("tools"))
-    prompt = [token for source, target in pairs[:-1] for token in source + target] + pairs[-1][0]
-    return prompt, pairs[-1][1]
+    return template.encode_oneturn(tokenizer, messages, example.get("system"), example.get("tools"))
 
 
 def _check_cutoff(cutoff_len: int) -> None:

@@ -9,73 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from engine.data.text import (MAX_DEPTH, escape_control, find_bad_text, replace_bad_text, shorten,
-                              too_deep)
+from engine.data.rows import SUFFIX_KINDS, FileKind, RowIssue, RowsRead  # noqa: F401 - this module's readers' types
+from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
 from engine.errors import DataError
 from engine.jsonio import write_text_atomic
 
-FileKind = Literal["json", "jsonl", "csv", "parquet", "arrow", "text"]
-SUFFIX_KINDS: dict[str, FileKind] = {
-    ".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text",
-}
 _SNIFF_BYTES = 8192
-
-
-@dataclass
-class RowIssue:
-    """A problem found while reading: the row keeps going (screened), the loader refuses the file."""
-
-    row: int | None
-    """Rows count from 1; None: the whole file (a CSV header, a column of a table)."""
-    line: int | None
-    field: str | None
-    message: str
-
-
-@dataclass
-class RowsRead:
-    """The rows of one file, with the line each starts on (None for binary formats) and the lines that failed."""
-
-    path: Path
-    kind: FileKind
-    rows: list[Any] = field(default_factory=list)
-    lines: list[int | None] = field(default_factory=list)
-    bad_lines: list[tuple[int, str]] = field(default_factory=list)
-    """(line number, parser message) for JSON lines that could not be read; their rows are skipped."""
-    issues: list[RowIssue] = field(default_factory=list)
-    """Rows that were read but are not what they seem: duplicate keys, text that is not valid Unicode, CSV rows
-    of the wrong width, table columns of bytes. Their rows stay (screened: safe to print), but they are errors."""
-
-    def add(self, row: Any, line: int | None, duplicates: list[str] = ()) -> None:
-        """Append one row; note its duplicate keys, and replace text no UTF-8 writer accepts (noted too)."""
-        number = len(self.rows) + 1
-        if duplicates:
-            self.issues.append(RowIssue(number, line, escape_control(duplicates[0], keep_layout=False),
-                                        _duplicate_message(duplicates)))
-        bad = find_bad_text(row)
-        if bad is not None:
-            field_path, text, position = bad
-            self.issues.append(RowIssue(number, line, field_path or None, _surrogate_message(text, position)))
-            row = replace_bad_text(row)
-        self.rows.append(row)
-        self.lines.append(line)
-
-
-def _duplicate_message(keys: list[str]) -> str:
-    names = ", ".join(shorten(key, 40) for key in keys[:3]) + (" ..." if len(keys) > 3 else "")
-    return (f"duplicate key {names}: JSON keeps only the last value and drops the others silently. Keep one "
-            "of them (rename or merge the values).")
-
-
-def _surrogate_message(text: str, position: int) -> str:
-    return (f"text that is not valid Unicode: a lone surrogate \\u{ord(text[position]):04x} at character "
-            f"{position + 1} ({shorten(text[max(0, position - 20):position + 20], 50)}). A \\ud800-\\udfff "
-            "escape must be half of a pair; fix or remove it (shown as \ufffd here).")
-
 
 class JsonTooDeep(Exception):
     """A JSON value nests deeper than MAX_DEPTH (or than the parser's own recursion limit)."""

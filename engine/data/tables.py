@@ -12,7 +12,7 @@ import csv
 import io
 from pathlib import Path
 
-from engine.data.files import FileKind, RowIssue, RowsRead
+from engine.data.rows import FileKind, RowIssue, RowsRead
 from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
 from engine.errors import DataError
 

@@ -50,7 +50,10 @@ class ChatParts:
 def extract_parts(template) -> ChatParts | None:
     """The template's pieces, or None when it does not decompose into fixed pieces."""
     def render(messages, system=None, gen=False):
-        return template.render([{"role": r, "content": c} for r, c in messages], system, add_generation_prompt=gen)
+        messages = [{"role": r, "content": c} for r, c in messages]
+        if not gen and hasattr(template, "render_history"):  # answers as a chat prompt shows them, not as trained
+            return template.render_history(messages, system)
+        return template.render(messages, system, add_generation_prompt=gen)
 
     try:
         only_user = render([("user", _U1)])
@@ -73,25 +76,30 @@ def extract_parts(template) -> ChatParts | None:
         return None
     user_prefix = user_prefix[len(assistant_suffix):]
     head = only_user[:only_user.find(_U1)]
-    if not head.endswith(user_prefix):
+    at = head.rfind(user_prefix)
+    if at < 0:
         return None
-    parts = _system_parts(head[:len(head) - len(user_prefix)], with_system, user_prefix,
+    # head = preamble + user_prefix + lead, where lead is a default system inside the first user turn (Llama 2)
+    parts = _system_parts(head[:at], head[at + len(user_prefix):], with_system, user_prefix,
                           dict(user_prefix=user_prefix, user_suffix=user_suffix, assistant_prefix=assistant_prefix,
                                assistant_suffix=assistant_suffix, generation_prompt=generation_prompt))
     return parts if parts is not None and _reproduces(parts, template) else None
 
 
-def _system_parts(preamble: str, with_system: str, user_prefix: str, turns: dict) -> ChatParts | None:
+def _system_parts(preamble: str, lead: str, with_system: str, user_prefix: str, turns: dict) -> ChatParts | None:
     at = with_system.find(_SYS)
     if at < 0:
         return None
     before, after = with_system[:at], with_system[at + len(_SYS):]
-    in_user = before.endswith(user_prefix) and _U1 in after and not after.startswith(user_prefix)
-    if in_user:
-        prefix, system_prefix, system_suffix = before[:len(before) - len(user_prefix)], "", after[:after.find(_U1)]
-        if prefix != preamble:
+    in_user = before.startswith(preamble + user_prefix) and _U1 in after and not after.startswith(user_prefix)
+    if in_user:  # the system text opens the first user message, after its own prefix (Mistral: none, Llama 2)
+        system_prefix, system_suffix = before[len(preamble + user_prefix):], after[:after.find(_U1)]
+        if lead and not (lead.startswith(system_prefix) and lead.endswith(system_suffix)):
             return None
-        return ChatParts(prefix, system_prefix, system_suffix, True, "", **turns)
+        default = lead[len(system_prefix):len(lead) - len(system_suffix)] if lead else ""
+        return ChatParts(preamble, system_prefix, system_suffix, True, default, **turns)
+    if lead:
+        return None
     system_suffix = after[:after.find(_U1)]
     if not system_suffix.endswith(user_prefix):
         return None

@@ -54,7 +54,8 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
     device, device_note = pick_device(config.export_device)
     notes = [n for n in (device_note, *plan.notes) if n]
     progress(2)
-    tokenizer, template = load_tokenizer_and_template(plan, trust_remote_code=config.trust_remote_code)
+    tokenizer, template = load_tokenizer_and_template(plan, trust_remote_code=config.trust_remote_code,
+                                                      config=config)
     padding_side = _saved_padding_side(plan.tokenizer_source)
     progress(3, f"loading {plan.base_model} on {device}")
     from engine.models.loading import load_model

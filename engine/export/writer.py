@@ -73,6 +73,8 @@ def save_tokenizer(tokenizer, template, folder: Path, padding_side: str) -> list
     jinja = template.jinja
     tokenizer.padding_side = padding_side
     tokenizer.save_pretrained(str(folder))
+    if jinja is None:  # the template cannot be Jinja (see template.jinja_problem): the model's own one stays
+        return changes
     config_path = folder / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
     config["chat_template"] = jinja

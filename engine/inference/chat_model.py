@@ -170,7 +170,7 @@ class ChatModel:
         self.plan = plan or plan_model(config.model_name_or_path, config.adapters(), config.template,
                                        finetuning_type=config.finetuning_type)
         check_backend(config.infer_backend)
-        self.tokenizer, self.template = load_tokenizer_and_template(self.plan,
+        self.tokenizer, self.template = load_tokenizer_and_template(self.plan, config=config,
                                                                     trust_remote_code=config.trust_remote_code)
         if config.infer_backend == "huggingface":
             self.backend = load_hf_backend(self.plan, config, self.tokenizer, self.template,

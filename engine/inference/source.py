@@ -158,13 +158,16 @@ def pick_device(requested: str = "auto") -> tuple[str, str | None]:
     return "cpu", "no GPU is visible, so this runs on the CPU (slower than a GPU for large models)."
 
 
-def load_tokenizer_and_template(plan: ModelPlan, *, trust_remote_code: bool, padding_side: str = "left"):
-    """The tokenizer (pad token ensured) and the bound template the plan chose."""
-    from engine.data.templates import get_template
+def load_tokenizer_and_template(plan: ModelPlan, *, trust_remote_code: bool, padding_side: str = "left",
+                                config=None):
+    """The tokenizer (pad token ensured) and the bound template the plan chose, with the config's template settings
+    (default_system, enable_thinking, tool_format, ...) so chat and export render as training did."""
+    from engine.data.templates import get_template, template_settings
     from engine.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(plan.tokenizer_source, trust_remote_code=trust_remote_code, padding_side=padding_side)
-    return tokenizer, get_template(plan.template_name, tokenizer)
+    settings = template_settings(config) if config is not None else {}
+    return tokenizer, get_template(plan.template_name, tokenizer, **settings)
 
 
 def attach_adapter(model, adapter: str, base_model: str):

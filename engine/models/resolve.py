@@ -242,15 +242,17 @@ def resolve_model_path(config) -> str:
 
 
 def resolve_template(config, model_path: str, tokenizer):
-    """The chat template by name, else the model's family default, else the tokenizer's own chat_template."""
-    from engine.data.templates import get_template
+    """The chat template by name, else the model's family default, else the tokenizer's own chat_template; with the
+    config's template settings (default_system, enable_thinking, tool_format, ...)."""
+    from engine.data.templates import get_template, template_settings
 
+    settings = template_settings(config)
     if config.template and config.template != "auto":
-        return get_template(config.template, tokenizer)
+        return get_template(config.template, tokenizer, **settings)
     try:
         name = resolve_model(model_path).template
         if name:
-            return get_template(name, tokenizer)
+            return get_template(name, tokenizer, **settings)
     except Exception as exc:  # noqa: BLE001 - fall back to the tokenizer's own template, and say why
         log.info("template not resolved from the model registry (%s); using the tokenizer's chat template", exc)
-    return get_template(None, tokenizer)
+    return get_template(None, tokenizer, **settings)

@@ -105,8 +105,8 @@ def test_preference_pairs_share_the_prompt_and_label_only_the_answers(qwen_token
     example = {"messages": [{"role": "user", "content": "Capital of Peru?"}], "system": None, "tools": None,
                "chosen": "Lima.", "rejected": "Quito, which is actually in Ecuador.", "source": "p:1"}
     [pair] = encode_preference([example], tok, template, cutoff_len=256)
-    prompt = _ids(tok, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-                       "Capital of Peru?<|im_end|>\n<|im_start|>assistant\n")
+    prompt = _ids(tok, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+                       "<|im_end|>\n<|im_start|>user\nCapital of Peru?<|im_end|>\n<|im_start|>assistant\n")
     for side, answer in (("chosen", "Lima."), ("rejected", "Quito, which is actually in Ecuador.")):
         answer_ids = _ids(tok, f"{answer}<|im_end|>\n")
         assert pair[f"{side}_input_ids"] == prompt + answer_ids

@@ -4,6 +4,7 @@ their own exported Jinja."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 
 import pytest
@@ -70,17 +71,53 @@ def test_auto_template_refuses_a_template_that_rewrites_history(qwen_tokenizer):
         get_template("auto", tokenizer)
 
 
+THOUGHTS = [{"role": "user", "content": "Hi there"},
+            {"role": "assistant", "content": "<think>\nGreet back.\n</think>\n\nHello!"},
+            {"role": "user", "content": "What is 2 + 2?"},
+            {"role": "assistant", "content": "<think>\nAdd.\n</think>\n\n2 + 2 = 4."}]
+_ENV = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders chat templates
+
+
+def _raise(message):
+    raise ValueError(message)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(source: str):
+    return _ENV.from_string(source)
+
+
+def _jinja(template, messages, **kwargs) -> str:
+    return _compiled(template.jinja).render(messages=messages, raise_exception=_raise, **kwargs)
+
+
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 @pytest.mark.parametrize("system", [None, "Sys"])
-def test_exported_jinja_renders_exactly_like_the_template(name, system):
-    # Rendered the way transformers renders chat templates (sandboxed, trim_blocks, lstrip_blocks).
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    template = TEMPLATES[name]
-    jinja = env.from_string(template.jinja)
-    hf = _hf(CHAT, system)
-    assert jinja.render(messages=hf, add_generation_prompt=False) == template.render(CHAT, system=system)
-    assert jinja.render(messages=hf[:-1], add_generation_prompt=True) == \
-        template.render(CHAT[:3], system=system, add_generation_prompt=True)
+def test_exported_jinja_renders_exactly_like_the_chat(name, system):
+    template = TEMPLATES[name].with_tokens("<s>", "</s>")
+    if template.jinja_problem:
+        assert template.jinja is None and "by token id" in template.jinja_problem
+        return
+    for chat in (CHAT, THOUGHTS):
+        hf = _hf(chat, system)
+        assert _jinja(template, hf, add_generation_prompt=False) == "".join(template.render_oneturn(chat, system))
+        assert _jinja(template, hf[:-1], add_generation_prompt=True) == \
+            template.render(chat[:3], system=system, add_generation_prompt=True)
+    if template.reasoning:  # enable_thinking passed at render time, as with Qwen3's own template
+        off = template.with_settings(enable_thinking=False)
+        assert _jinja(template, _hf(THOUGHTS[:3], system), add_generation_prompt=True, enable_thinking=False) == \
+            off.render(THOUGHTS[:3], system=system, add_generation_prompt=True)
+        assert _jinja(template, _hf(THOUGHTS, system), enable_thinking=False) == \
+            "".join(off.render_oneturn(THOUGHTS, system))
+
+
+def test_exported_jinja_refuses_what_it_cannot_render():
+    template = TEMPLATES["qwen"]
+    call = {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}
+    with pytest.raises(ValueError, match="cannot write assistant messages or tool calls"):
+        _jinja(template, [CHAT[0], call])
+    with pytest.raises(ValueError, match="cannot describe tools"):
+        _jinja(template, CHAT[:1], tools=[{"name": "f"}])
 
 
 OFFICIAL = {  # the families' documented formats, system "S", one exchange "Hi" -> "Yo"
@@ -102,6 +139,8 @@ OFFICIAL = {  # the families' documented formats, system "S", one exchange "Hi" 
             "<|im_start|>assistant<|im_sep|>Yo<|im_end|>",
     "default": "System: S</s>\nHuman: Hi</s>\nAssistant:Yo</s>\n",
     "qwen": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n",
+    "llama2": "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]Yo</s>",
+    "gemma2": "<bos><start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n",
 }
 
 
@@ -111,15 +150,15 @@ def test_render_matches_the_documented_format(name):
     assert TEMPLATES[name].render(exchange, system="S") == OFFICIAL[name]
 
 
-def test_every_registered_template_has_a_documented_format():
-    assert set(OFFICIAL) == set(TEMPLATES)
-
-
 def test_default_system_prompts():
     user = [{"role": "user", "content": "Hi"}]
-    assert TEMPLATES["qwen"].render(user).startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>")
-    assert "You are Qwen, created by Alibaba Cloud" in TEMPLATES["qwen2_5"].render(user)
-    assert TEMPLATES["qwen3"].render(user) == "<|im_start|>user\nHi<|im_end|>\n"
+    qwen = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    assert TEMPLATES["qwen"].render(user) == qwen + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert TEMPLATES["qwen2_5"].render(user) == TEMPLATES["qwen"].render(user)  # the engine's older name
+    assert TEMPLATES["qwen3"].render(user) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert get_template("qwen", default_system="Be terse.").render(user).startswith(
+        "<|im_start|>system\nBe terse.<|im_end|>")
+    assert get_template("qwen", default_system="").render(user).startswith("<|im_start|>user")
 
 
 def test_qwen3_keeps_existing_thoughts_and_nothink_adds_none():
@@ -129,12 +168,13 @@ def test_qwen3_keeps_existing_thoughts_and_nothink_adds_none():
     assert TEMPLATES["qwen3"].render(CHAT).count("<think>\n\n</think>\n\n") == 2
 
 
-def test_tools_and_function_calls_use_the_family_format():
+def test_tools_and_function_calls_use_the_family_format(monkeypatch):
+    monkeypatch.setattr("engine.data.tools.today", lambda: "26 Jul 2024")  # LF writes today's date
     messages = [{"role": "user", "content": "Time in Oslo?"},
                 {"role": "function_call", "content": '{"name": "get_time", "arguments": {"city": "Oslo"}}'},
                 {"role": "observation", "content": '{"time": "10:00"}'},
                 {"role": "assistant", "content": "10:00."}]
-    text = TEMPLATES["qwen2_5"].render(messages, tools=TOOLS)
+    text = TEMPLATES["qwen"].render(messages, tools=TOOLS)
     assert "# Tools\n\nYou may call one or more functions" in text
     assert '<tools>\n{"type": "function", "function": {"name": "get_time"' in text
     assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_time", "arguments": {"city": "Oslo"}}\n</tool_call>' \
@@ -170,3 +210,42 @@ def test_fix_tokenizer_writes_the_training_template(qwen_tokenizer):
     changes = template.fix_tokenizer(tokenizer)
     assert any("chat_template" in change for change in changes)
     assert tokenizer.apply_chat_template(_hf(CHAT, "S"), tokenize=False) == template.render(CHAT, system="S")
+
+
+def test_openai_messages_render_like_llamafactorys_internal_form():
+    call = {"name": "get_time", "arguments": {"city": "Oslo"}}
+    internal = [{"role": "user", "content": "Time?"}, {"role": "function", "content": json.dumps([call])},
+                {"role": "observation", "content": "10:00"}, {"role": "assistant", "content": "Ten."}]
+    openai = [{"role": "system", "content": "S"}, {"role": "user", "content": "Time?"},
+              {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": call}]},
+              {"role": "tool", "content": "10:00"}, {"role": "assistant", "content": "Ten."}]
+    template = TEMPLATES["qwen"]
+    assert template.render(openai, tools=TOOLS) == template.render(internal, system="S", tools=TOOLS)
+    assert template.render_turns(openai)[0][1].startswith('<tool_call>\n{"name": "get_time"')
+    with pytest.raises(DataError, match="Unknown message role 'narrator'"):
+        template.render([{"role": "narrator", "content": "x"}])
+
+
+def test_config_validation_names_template_problems():
+    import engine
+
+    cfg = engine.load_config({"dataset": "identity", "template": "llava", "tool_format": "xml"})
+    joined = "\n".join(engine.validate(cfg))
+    assert "llava is a multimodal template" in joined and "Unknown tool_format 'xml'" in joined
+    auto = engine.load_config({"dataset": "identity", "template": "auto", "tool_format": "qwen"})
+    assert any("tool_format applies to a named template" in p for p in engine.validate(auto))
+
+
+def test_export_keeps_the_models_chat_template_when_the_template_is_not_jinja():
+    from transformers import AutoTokenizer
+
+    from tests.data.template_goldens import ASSETS
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ASSETS / "tokenizer"))
+    tokenizer.chat_template = "{{ 'own' }}"
+    changes = get_template("chatglm3", tokenizer).fix_tokenizer(tokenizer)
+    assert tokenizer.chat_template == "{{ 'own' }}"
+    assert any(change.startswith("chat_template kept: template 'chatglm3' inserts") for change in changes)
+    llama3 = get_template("llama3", tokenizer)
+    assert "chat_template -> template 'llama3'" in llama3.fix_tokenizer(tokenizer)
+    assert tokenizer.eos_token == "<|eot_id|>"  # LF's replace_eos

@@ -86,7 +86,7 @@ def test_lora_export_files_and_record(lora_export, demo_model_dir):
     modelfile = (folder / "Modelfile").read_text()
     assert "FROM ." in modelfile and 'PARAMETER stop "<|im_end|>"' in modelfile
     assert "<|im_start|>user\n{{ .Content }}<|im_end|>\n" in modelfile
-    assert 'SYSTEM """You are a helpful assistant."""' in modelfile
+    assert 'SYSTEM """You are Qwen, created by Alibaba Cloud. You are a helpful assistant."""' in modelfile
 
 
 def test_lf_merge_example_needs_the_training_template(lf_reference, lora_run, demo_model_dir, tmp_path, capsys):

@@ -119,7 +119,7 @@ def test_prompt_files(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_modelfile_pieces_reproduce_every_template(name):
-    template = TEMPLATES[name]
+    template = TEMPLATES[name].with_tokens("<s>", "</s>")  # as bound to a tokenizer with these BOS / EOS
     parts = extract_parts(template)
     assert parts is not None
     for messages in ([{"role": "user", "content": "Q"}],
@@ -139,7 +139,8 @@ def test_tokenizer_chat_template_decomposes(demo_model_dir):
 
     template = get_template(None, AutoTokenizer.from_pretrained(demo_model_dir))  # template: auto
     parts = extract_parts(template)
-    assert parts is not None and parts.default_system == "You are a helpful assistant."
+    assert parts is not None
+    assert parts.default_system == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
 def test_importing_inference_and_export_stays_light():

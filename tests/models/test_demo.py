@@ -13,7 +13,7 @@ from engine.models import demo
 from engine.models.demo import BUILD_MARKER, DEMO_MODELS, build_demo_model, demo_model_path, is_demo_model
 
 QWEN_PROMPT = (
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
     "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
 )
 LLAMA_PROMPT = (
