@@ -14,6 +14,8 @@ from typing import List, Optional
 
 import typer
 
+from assistant.command import self_command
+
 
 def launch(
     config: Path = typer.Argument(..., help="Training YAML (ours or LLaMA-Factory's).", show_default=False),
@@ -56,7 +58,7 @@ def launch(
         typer.echo(text)
         if slurm:
             typer.echo(f"\n# SLURM: sbatch {run.path / 'launch.sbatch'}\n" + plan.sbatch_script())
-        typer.echo(f"\n# run folder: {run.path} (follow: lf-assistant status {run.run_id} --follow)")
+        typer.echo(f"\n# run folder: {run.path} (follow: {self_command()} status {run.run_id} --follow)")
         return
     _start_here(run, resolved.stage, plan.nproc_per_node, detach)
 
@@ -79,7 +81,7 @@ def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
     typer.echo(f"started run {run.run_id}: {nproc} process(es), launcher pid {process.pid}")
     typer.echo(f"  folder: {run.path}   log: {run.log_path}")
     if detach:
-        typer.echo(f"  follow: lf-assistant status {run.run_id} --follow")
+        typer.echo(f"  follow: {self_command()} status {run.run_id} --follow")
         return
     last_step = None
     while process.poll() is None:
