@@ -95,6 +95,9 @@ MODEL_CHECK = _fields(
                                      "or user."),
     ("template_error", "string|null", "Why no template could be resolved (an unsupported model)."),
     ("warnings", "array of string", "Things to know before training (e.g. a base model with a chat template)."),
+    ("examples", "object", "For the resolved family: lora, full, qlora, freeze (training), infer_lora, infer_full "
+                           "(chat), export_lora, export_full -> the official example config to start from (absolute "
+                           "path); empty when the family is unknown."),
 )
 
 MODEL_SHOW = _fields(
@@ -255,7 +258,7 @@ def render_doc() -> str:
         out += ["", f"## {name}", "", summary]
         if fields:
             out += ["", "| field | type | meaning |", "|---|---|---|"]
-            out += [f"| `{f.name}` | {f.type} | {f.meaning} |" for f in fields]
+            out += [f"| `{f.name}` | {f.type.replace('|', ' or ')} | {f.meaning} |" for f in fields]
     return "\n".join(out) + "\n"
 
 

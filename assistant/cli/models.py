@@ -97,11 +97,19 @@ def _check_document(model: str, result, resolution=None, template_error: str | N
     values = {"model": model, "found": result.path is not None,
               "path": Path(result.path).resolve() if result.path else None, "complete": result.complete,
               "where": result.where, "size_bytes": result.size_bytes, "expected_bytes": result.expected_bytes,
-              "problems": result.problems, "template_error": template_error, "warnings": []}
+              "problems": result.problems, "template_error": template_error, "warnings": [], "examples": {}}
     if resolution is not None:
         values.update(family=resolution.family, template=resolution.template, template_rule=resolution.rule,
-                      warnings=resolution.warnings)
+                      warnings=resolution.warnings, examples=_examples(resolution.family))
     return document("models check", values)
+
+
+def _examples(family: str) -> dict[str, str]:
+    from engine.models.registry import FAMILIES, METHODS, nearest_example
+
+    if family not in FAMILIES:
+        return {}
+    return {method: str(nearest_example(family, method)[0]) for method in METHODS}
 
 
 @app.command("check")

@@ -79,8 +79,14 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
 
 
 def _print_blocks(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> None:
-    """One block per row: the first cell on its own line, then `header: value` lines."""
+    """One block per row: the first cell on its own line, then `header: value` lines wrapped at spaces only (rich
+    would cut a word longer than the line; an id wider than the terminal is left whole, for copying)."""
+    import textwrap
+
     for row in rows:
-        console.print(Text.from_markup(row[0], style="bold"))
+        console.print(Text.from_markup(row[0]).plain, style="bold", soft_wrap=True, markup=False, highlight=False)
         for column, cell in zip(columns[1:], row[1:]):
-            console.print(Text.assemble(f"  {column.header}: ", Text.from_markup(cell)))
+            text = f"  {column.header}: {Text.from_markup(cell).plain}"
+            for line in textwrap.wrap(text, console.width, subsequent_indent="    ", break_long_words=False,
+                                      break_on_hyphens=False) or [text]:
+                console.print(line, soft_wrap=True, markup=False, highlight=False)

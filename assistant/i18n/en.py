@@ -83,7 +83,7 @@ STRINGS: dict[str, str] = {
     "q.execution.prompt": "Execution",
     "q.execution.run_here": "Run here, managed for you",
     "q.execution.write_only": "Only write configs and commands (run elsewhere)",
-    "q.execution.browser": "Open in a browser (run here, this wizard in a web page)",
+    "q.execution.browser": "Open in a browser (this wizard, run here)",
     "q.method.prompt": "Fine-tuning type",
     "q.method.lora": "LoRA (small adapters, low memory)",
     "q.method.full": "Full (every weight; most memory)",

@@ -83,7 +83,7 @@ STRINGS: dict[str, str] = {
     "q.execution.prompt": "执行方式",
     "q.execution.run_here": "在这里运行，由助手管理",
     "q.execution.write_only": "只生成配置与命令，我在别处运行",
-    "q.execution.browser": "在浏览器中打开（在这里运行，向导显示在网页中）",
+    "q.execution.browser": "在浏览器中打开（同一向导，在这里运行）",
     "q.method.prompt": "微调类型",
     "q.method.lora": "LoRA（小适配器，显存占用少）",
     "q.method.full": "全参数（训练全部权重，显存最多）",

@@ -21,7 +21,7 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-ru
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 if CHROMIUM is None:
-    pytest.skip("Chromium is not installed: run `make browser-deps` (sudo apt-get install -y chromium)",
+    pytest.skip("Chromium is not installed: run `make browser-deps` (apt-get install -y chromium)",
                 allow_module_level=True)
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
 pyte = pytest.importorskip("pyte", reason="pip install -e '.[dev]' (pyte)")
