@@ -61,10 +61,10 @@ def child_command(runs_dir: Path, lang: str | None) -> str:
 
 
 def web(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on. Anything but a loopback address "
+    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", help="Address to listen on. Anything but a loopback address "
                              "needs --token."),
-    port: int = typer.Option(DEFAULT_PORT, "--port", min=1, max=65535, help="Port to listen on."),
-    token: Optional[str] = typer.Option(None, "--token", envvar=TOKEN_ENV, help="Require this secret in the page "
+    port: int = typer.Option(DEFAULT_PORT, "--port", metavar="PORT", min=1, max=65535, help="Port to listen on."),
+    token: Optional[str] = typer.Option(None, "--token", metavar="SECRET", envvar=TOKEN_ENV, help="Require this secret in the page "
                                         f"URL (?token=...). Also read from ${TOKEN_ENV}."),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
     lang: Optional[str] = typer.Option(None, "--lang", help="Interface language: en or zh."),

@@ -170,3 +170,31 @@ def test_help_names_no_type_after_flags():
         assert result.exit_code == 0, (path, result.output)
         assert "<bool>" not in result.output, (path, result.output)
     assert re.search(r"--runs-dir\s+<path>", invoke("runs", "--help", columns=100).output)
+
+
+def test_status_follow_json_prints_json_lines_until_the_end(runs):
+    result = invoke("status", LONG_ID, "--runs-dir", runs, "--follow", "--json")
+    lines = result.output.splitlines()
+    assert result.exit_code == 0 and len(lines) == 1  # already finished: one line, the final one
+    assert json.loads(lines[0])["finished"] is True
+
+
+def test_train_gpus_pins_the_choice_in_the_run_folder(fake_nvidia, tmp_path, monkeypatch):
+    import os
+
+    from assistant.cli.train import _pin_gpus
+    from engine.api import load_config
+
+    bad = invoke("train", REPO / "examples/demo/tiny_lora_sft.yaml", "--gpus", "7", "--runs-dir", tmp_path,
+                 env={"PATH": f"{fake_nvidia}:/usr/bin:/bin"})
+    assert bad.exit_code == 2 and "GPU 7 does not exist here" in bad.output
+    saved = dict(os.environ)
+    try:
+        cfg = load_config(REPO / "examples/demo/tiny_lora_sft.yaml")
+        run_dir = _pin_gpus(cfg, "0,2", tmp_path / "lf_runs", "pinned")
+        assert json.loads((run_dir / "device.json").read_text())["indices"] == [0, 2]
+        assert cfg.nproc_per_node == 2 and os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+        assert (run_dir / "sft.yaml").is_file()  # the run folder is prepared before launching
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
