@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test test-all setup setup-dev demo clean
+.PHONY: run test test-all setup setup-dev demo clean browser-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test: setup-dev
 # Everything, including tests marked slow (minutes on 2 CPU cores).
 test-all: setup-dev
 	$(BIN)/python -m pytest -q
+
+# Debian's Chromium for the browser test (tests/web/test_browser.py drives it through Playwright; nothing is
+# downloaded by Playwright itself). Without it that test is skipped.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser-deps:
+	$(SUDO) apt-get install -y chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 
 clean:
 	rm -rf $(VENV) lf_runs saves models/lf-tiny-qwen3 models/lf-tiny-llama

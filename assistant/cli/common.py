@@ -13,6 +13,7 @@ import functools
 import os
 
 import typer
+import typer.core
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL = 3
@@ -45,6 +46,23 @@ def _cli_exits() -> tuple[type[BaseException], ...]:
 
 
 _CLI_EXITS = _cli_exits()
+
+def _hide_flag_types() -> None:
+    """`--help` shows no `<bool>` after a flag: a flag takes no value, so naming a type misleads (typer >= 0.20
+    prints one for every option). Values of other options keep their type (<path>, <int>)."""
+    option = typer.core.TyperOption
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "hides_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.hides_flags = True
+    option.display_type_rich = display_type_rich
+
+
+_hide_flag_types()
 
 
 def fail_on_engine_error(function):

@@ -12,6 +12,8 @@ import typer
 
 from assistant.cli.common import fail_on_engine_error, plain, safe
 
+JSON_HELP = "Print the result as JSON (docs/cli-json.md)."
+
 app = typer.Typer(help="Check, convert and preview datasets.", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)
 
@@ -29,6 +31,7 @@ def check(
     fill: Optional[List[str]] = typer.Option(None, "--fill", metavar="NAME=VALUE", help="With --fix: replace "
                                              "{{NAME}} placeholders by VALUE (repeatable)."),
     show_all: bool = typer.Option(False, "--all", help=f"List every problem (default: the first {ROWS_SHOWN})."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """List every problem of a dataset file with its row number; exit 1 when there are errors."""
     from rich.console import Console
@@ -42,10 +45,15 @@ def check(
     if values and fix is None:
         raise typer.BadParameter("--fill writes the values into a copy, so it needs --fix OUT.", param_hint="--fill")
     report = check_file(file, formatting=file_format)
+    fixed = convert_file(file, fix, formatting=file_format, placeholders=values or None) if fix else None
+    if json_out:
+        from assistant.cli.jsonout import emit
+
+        emit(dict(_report_document(report), fixed=_report_document(fixed) if fixed else None))
+        raise typer.Exit(0 if (fixed or report).ok else 1)
     _print_report(console, report, show_all)
-    if fix is None:
+    if fixed is None:
         raise typer.Exit(0 if report.ok else 1)
-    fixed = convert_file(file, fix, formatting=file_format, placeholders=values or None)
     console.print(f"\n[bold]Wrote {safe(fix)}[/]")
     for note in fixed.notes:
         console.print(f"  - {plain(note)}", markup=False)
@@ -63,10 +71,26 @@ def _parse_fill(items: list[str]) -> dict[str, str]:
     return values
 
 
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def _report_document(report) -> dict:
+    from assistant.cli.jsonout import document
+
+    problems = [document("PROBLEM", vars(problem)) for problem in report.problems]
+    return document("data check", {"path": str(report.path), "format": report.format, "ranking": report.ranking,
+                                   "rows": report.rows, "ok": report.ok, "errors": len(report.errors),
+                                   "warnings": len(report.warnings), "problems": problems,
+                                   "suggested_entry": report.suggested_entry(), "notes": report.notes})
+
+
 def _print_report(console, report, show_all: bool) -> None:
     import json
 
-    from rich.table import Table
+    from assistant.cli.tables import Column, print_table
 
     errors, warnings = len(report.errors), len(report.warnings)
     kind = f"{report.format}{' preference pairs' if report.ranking else ''}"
@@ -75,15 +99,12 @@ def _print_report(console, report, show_all: bool) -> None:
                   + (f", [yellow]{warnings} warning(s)[/]" if warnings else ""))
     if report.problems:
         shown = report.problems if show_all else report.problems[:ROWS_SHOWN]
-        table = Table(show_edge=False, pad_edge=False)
-        for column in ("row", "line", "field", "level", "problem"):
-            table.add_column(column, no_wrap=column != "problem", overflow="fold")
-        for problem in shown:
-            color = "red" if problem.level == "error" else "yellow"
-            table.add_row("-" if problem.row is None else str(problem.row),
-                          "" if problem.line is None else str(problem.line), safe(problem.field or ""),
-                          f"[{color}]{problem.level}[/]", safe(problem.message))
-        console.print(table)
+        columns = [Column("row", justify="right"), Column("line", justify="right", drop=1), Column("field"),
+                   Column("level"), Column("problem", wrap=True)]
+        rows = [["-" if problem.row is None else str(problem.row), "" if problem.line is None else str(problem.line),
+                 safe(problem.field or ""), f"[{'red' if problem.level == 'error' else 'yellow'}]{problem.level}[/]",
+                 safe(problem.message)] for problem in shown]
+        print_table(console, columns, rows)
         if len(shown) < len(report.problems):
             console.print(f"... and {len(report.problems) - len(shown)} more (--all lists them).")
     entry = report.suggested_entry()
@@ -101,6 +122,7 @@ def preview(
     overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides, e.g. dataset=identity "
                                                              "cutoff_len=256"),
     n: int = typer.Option(2, "--n", min=0, help="How many samples to show."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Show the first samples as the model will see them, trained spans highlighted, with token counts."""
     from rich.console import Console
@@ -124,6 +146,13 @@ def preview(
     template = resolve_template(cfg, model_path, tokenizer)
     result = preview_data(examples, tokenizer, template, cfg.cutoff_len, n=n, train_on_prompt=cfg.train_on_prompt,
                           mask_history=cfg.mask_history)
+    if json_out:
+        from assistant.cli.jsonout import document, emit
+
+        shown = [{"source": source, "spans": [{"text": text, "trained": trained} for text, trained in spans]}
+                 for source, spans in result.shown]
+        emit(document("data preview", {**vars(result), "dataset_dir": str(dataset_dir.resolve()), "shown": shown}))
+        return
     print_preview(console, result, dataset_dir)
 
 
@@ -146,3 +175,64 @@ def print_preview(console, result, dataset_dir: Path) -> None:
     if result.dropped:
         console.print(f"[yellow]{len(result.dropped)} row(s) dropped: no answer token fits in cutoff_len "
                       f"(first: {safe(result.dropped[0])}).[/]")
+
+
+@app.command("list")
+@fail_on_engine_error
+def list_datasets(
+    dataset_dir: Optional[Path] = typer.Option(None, "--dataset-dir", help="Folder holding dataset_info.json "
+                                               "(default ./data, else the demo data shipped with lf-assistant)."),
+    pairs: bool = typer.Option(False, "--pairs", help="For preference training (stage: dpo): only pairs are "
+                               "available."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """The datasets registered in dataset_info.json: the names `dataset:` takes, and which can train here."""
+    from rich.console import Console
+
+    from engine.data.registry import find_dataset_dir
+
+    from assistant.cli.tables import Column, print_table
+    from assistant.wizard.stages import data as data_stage
+
+    folder = find_dataset_dir(str(dataset_dir) if dataset_dir else data_stage.default_dir()).resolve()
+    rows = data_stage.list_datasets(folder, ranking=pairs)
+    if json_out:
+        from assistant.cli.jsonout import document, emit
+
+        datasets = [document("DATASET", vars(row)) for row in rows]
+        emit(document("data list", {"dataset_dir": str(folder), "datasets": datasets}))
+        return
+    console = Console(highlight=False)
+    columns = [Column("name"), Column("format", drop=2), Column("pairs", drop=1), Column("usable"),
+               Column("note", wrap=True, min_width=16)]
+    print_table(console, columns, [[safe(r.name), safe(r.formatting), "yes" if r.ranking else "no",
+                                    "[green]yes[/]" if r.available else "[dim]no[/]", safe(r.note)] for r in rows],
+                title=f"{safe(folder)}/dataset_info.json")
+
+
+@app.command("add")
+@fail_on_engine_error
+def add(
+    file: Path = typer.Argument(..., help="Your data file (json, jsonl, csv, parquet, arrow); it is never changed.",
+                                show_default=False),
+    name: str = typer.Option(..., "--name", help="The dataset's name in dataset_info.json (what `dataset:` takes).",
+                             show_default=False),
+    dataset_dir: Path = typer.Option(Path("data"), "--dataset-dir", help="Folder holding dataset_info.json."),
+    convert: bool = typer.Option(False, "--convert", help="Write a converted, repaired copy (.json) instead of a "
+                                 "plain copy (see `data check --fix`)."),
+    pairs: bool = typer.Option(False, "--pairs", help="The file holds preference pairs (for stage: dpo)."),
+) -> None:
+    """Copy a checked data file into the dataset folder and register it in dataset_info.json (atomically)."""
+    from engine.data.registry import find_dataset_dir
+    from engine.errors import DataError
+
+    from assistant.wizard.stages import data as data_stage
+
+    if not file.is_file():
+        raise DataError(f"{file} is not a file.")
+    folder = find_dataset_dir(str(dataset_dir)).resolve()
+    record, problems = data_stage.bring_in(folder, file.resolve(), name, convert=convert, ranking=pairs)
+    if record is None:
+        raise DataError(f"{file} was not added:\n" + "\n".join(problems))
+    typer.echo(f"added {record['name']}: {record['file']} (registered in {folder / 'dataset_info.json'}); "
+               f"train on it with dataset={record['name']} dataset_dir={folder}")

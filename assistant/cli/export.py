@@ -45,5 +45,7 @@ def export(
     what = "merged" if result.operation == "merge" else "re-saved (full fine-tune: nothing to merge)"
     console.print(f"[bold green]exported to {safe(result.export_dir)}[/] ({what}; template {safe(result.template)}; "
                   f"{len(result.files)} weight file(s))", soft_wrap=True)
-    console.print(f"  chat with it: lf-assistant chat INFER.yaml model_name_or_path={safe(result.export_dir)} "
+    from assistant.command import self_command
+
+    console.print(f"  chat with it: {self_command()} chat INFER.yaml model_name_or_path={safe(result.export_dir)} "
                   "adapter_name_or_path=null", soft_wrap=True)

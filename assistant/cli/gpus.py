@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from assistant.cli.common import safe
 
@@ -18,7 +16,7 @@ CPU_SPEED_NOTE = (
 
 
 def gpus(
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON (for scripts).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON (docs/cli-json.md).")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each vendor tool.")] = 10.0,
 ) -> None:
     """List GPUs with memory use, utilisation and what holds busy ones; say which would be used."""
@@ -30,12 +28,15 @@ def gpus(
         report = detect_devices(timeout_s=timeout)
     advice = selection_advice(report)
     if json_out:
-        payload = {**report.to_dict(), "advice": {"kind": advice.kind, "candidates": advice.candidates,
-                                                  "message": advice.message}}
-        typer.echo(json.dumps(payload, indent=2))
+        from assistant.cli.jsonout import document, emit
+
+        data = report.to_dict()
+        emit(document("gpus", {**data, "gpus": [document("GPU", gpu) for gpu in data["gpus"]],
+                               "advice": {"kind": advice.kind, "candidates": advice.candidates,
+                                          "message": advice.message}}))
         return
     if report.gpus:
-        console.print(_gpu_table(report))
+        _print_gpu_table(console, report)
     for note in report.notes:
         console.print(f"[dim]note: {safe(note)}[/dim]", highlight=False)
     console.print(safe(advice.message), style="bold green" if advice.kind == "single" else "bold")
@@ -43,21 +44,25 @@ def gpus(
         console.print(CPU_SPEED_NOTE, style="dim")
 
 
-def _gpu_table(report) -> Table:
-    table = Table(title=f"GPUs ({report.platform}, from {report.tool})", title_justify="left")
-    for column, justify in (("index", "right"), ("name", "left"), ("memory used", "right"), ("total", "right"),
-                            ("util", "right"), ("state", "left")):
-        # Names and numbers stay on one line; only the state column (process list) wraps on narrow terminals.
-        table.add_column(column, justify=justify, no_wrap=column != "state")
+def _print_gpu_table(console: Console, report) -> None:
+    from rich.markup import escape
+
+    from assistant.cli.tables import Column, print_table
+
+    # Names and numbers stay whole; only the state column (the process list) wraps on narrow terminals.
+    columns = [Column("index", justify="right"), Column("name"), Column("memory used", justify="right"),
+               Column("total", justify="right", drop=1), Column("util", justify="right", drop=2),
+               Column("state", wrap=True, min_width=12)]
+    rows = []
     for gpu in report.gpus:
         util = "?" if gpu.utilization_pct is None else f"{gpu.utilization_pct:.0f}%"
         if gpu.free:
             state = "[green]free[/green]"
         else:
             state = "[red]busy[/red]" + (f" by {safe(', '.join(gpu.processes))}" if gpu.processes else "")
-        table.add_row(str(gpu.index), safe(gpu.name), f"{gpu.memory_used_mib / 1024:.1f} GiB",
-                      f"{gpu.memory_total_mib / 1024:.1f} GiB", util, state)
-    return table
+        rows.append([str(gpu.index), safe(gpu.name), f"{gpu.memory_used_mib / 1024:.1f} GiB",
+                     f"{gpu.memory_total_mib / 1024:.1f} GiB", util, state])
+    print_table(console, columns, rows, title=f"GPUs ({safe(report.platform)}, from {safe(report.tool)})")
 
 
 class _no_status:

@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from assistant.cli.common import plain
+from assistant.command import self_command
 
 
 def launch(
@@ -63,7 +64,7 @@ def launch(
         if slurm:
             submit = shlex.join(["sbatch", str(run.path / "launch.sbatch")])
             typer.echo(f"\n# SLURM: {plain(submit, keep_layout=False)}\n" + plain(plan.sbatch_script()))
-        typer.echo(f"\n# run folder: {plain(run.path, keep_layout=False)} (follow: lf-assistant status "
+        typer.echo(f"\n# run folder: {plain(run.path, keep_layout=False)} (follow: {self_command()} status "
                    f"{plain(run.run_id, keep_layout=False)} --follow)")
         return
     _start_here(run, resolved.stage, plan.nproc_per_node, detach)
@@ -87,7 +88,7 @@ def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
     typer.echo(f"started run {plain(run.run_id)}: {nproc} process(es), launcher pid {process.pid}")
     typer.echo(f"  folder: {plain(run.path)}   log: {plain(run.log_path)}")
     if detach:
-        typer.echo(f"  follow: lf-assistant status {plain(run.run_id)} --follow")
+        typer.echo(f"  follow: {self_command()} status {plain(run.run_id)} --follow")
         return
     last_step = None
     while process.poll() is None:

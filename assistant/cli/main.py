@@ -13,6 +13,7 @@ import typer
 
 from assistant.cli import runs as runs_cli
 from assistant.cli import train as train_cli
+from assistant.cli import web as web_cli
 from assistant.cli.common import fail_on_engine_error
 
 app = typer.Typer(
@@ -34,6 +35,8 @@ def main(
                                          help="Reopen the TUI at the stage where run RUN_ID stopped."),
     lang: Optional[str] = typer.Option(None, "--lang", help="Interface language: en or zh (default: from locale)."),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
+    resume_last: bool = typer.Option(False, "--resume-last", help="Reopen the newest unfinished wizard session "
+                                     "(a new one when there is none); what each browser tab of `web` runs."),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -41,21 +44,29 @@ def main(
 
     if resume is not None:
         resume = fail_on_engine_error(runs_cli.lookup_name)(resume)
+    if resume_last and resume is None:
+        from assistant.wizard.resume import latest_unfinished
+
+        resume = latest_unfinished(runs_dir)
     fail_on_engine_error(launch_tui)(resume=resume, lang=lang, runs_dir=runs_dir)
 
 
-app.command("train", help=train_cli.train.__doc__)(train_cli.train)
-app.command("status", help=runs_cli.status.__doc__)(runs_cli.status)
-app.command("runs", help=runs_cli.list_runs.__doc__)(runs_cli.list_runs)
-app.command("stop", help=runs_cli.stop.__doc__)(runs_cli.stop)
-app.command("resume-train", help=runs_cli.resume_train.__doc__)(runs_cli.resume_train)
+def _help(callback) -> str:
+    """A docstring as one paragraph: the commands list shows the first paragraph with its line breaks."""
+    return " ".join((callback.__doc__ or "").split())
+
+
+for _name, _callback in {"train": train_cli.train, "status": runs_cli.status, "runs": runs_cli.list_runs,
+                         "stop": runs_cli.stop, "resume-train": runs_cli.resume_train, "web": web_cli.web}.items():
+    app.command(_name, help=_help(_callback))(_callback)
 
 
 def _register_optional() -> None:
     """Command groups whose modules exist; each is declared once, in its own file."""
     import importlib
 
-    groups = {"data": "Check, convert and preview datasets.", "models": "The model registry, local cache, downloads."}
+    groups = {"data": "Check, convert and preview datasets.", "models": "The model registry, local cache, downloads.",
+              "skills": "Instructions for coding agents that drive lf-assistant."}
     for name, help_text in groups.items():
         try:
             module = importlib.import_module(f"assistant.cli.{name}")
@@ -70,7 +81,7 @@ def _register_optional() -> None:
         except ModuleNotFoundError:
             continue
         callback = getattr(module, function)
-        app.command(command, help=callback.__doc__)(fail_on_engine_error(callback))
+        app.command(command, help=_help(callback))(fail_on_engine_error(callback))
 
 
 _register_optional()
@@ -78,7 +89,8 @@ _register_optional()
 
 def run() -> None:
     """Console-script entry point."""
-    app(prog_name=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "lf-assistant")
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    app(prog_name=name if name in ("lf-assistant", "lfa") else "lf-assistant")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,16 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from assistant.cli.common import fail_on_engine_error, safe
+from assistant.command import self_command
 from assistant.formatting import fmt_duration
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 console = Console(highlight=False)
+
+
+JSON_HELP = "Print the result as JSON (docs/cli-json.md)."
 
 
 @app.command("list")
@@ -22,47 +25,91 @@ console = Console(highlight=False)
 def list_models(
     family: Annotated[str | None, typer.Option("--family", "-f", help="Only this family (qwen3, llama3, ...).")] = None,
     local: Annotated[bool, typer.Option("--local", help="Also check which ones are complete on this machine.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List the supported models: hub ids, size, chat template, instruct or base."""
     from engine.models.cache import find_local_model
     from engine.models.registry import MODELS, get_family
 
+    from assistant.cli.jsonout import document, emit
+    from assistant.cli.tables import Column, print_table
+
     if family:
         get_family(family)
-    table = Table(box=None, pad_edge=False)
-    table.add_column("model", overflow="fold")
-    for column in ("family", "params", "template", "kind") + (("local",) if local else ()):
-        table.add_column(column, no_wrap=True)
-    for entry in MODELS.values():
-        if family and entry.family != family:
-            continue
-        row = [entry.id, entry.family, f"{entry.params_b:g}B", entry.template, "instruct" if entry.instruct else "base"]
-        if local:
+    entries = [entry for entry in MODELS.values() if not family or entry.family == family]
+    found = {}
+    if local:
+        for entry in entries:
             check = find_local_model(entry.id)
-            row.append("complete" if check.complete else ("partial" if check.path else "-"))
-        table.add_row(*row)
-    console.print(table)
+            found[entry.id] = "complete" if check.complete else ("partial" if check.path else "absent")
+    if json_out:
+        emit({"models": [document("MODEL", {**_entry_values(e), "local": found.get(e.id)}) for e in entries]})
+        return
+    # The id is what people copy: it is never shortened; family (implied by the template) goes first, then kind.
+    columns = [Column("model"), Column("family", drop=2), Column("params", justify="right"), Column("template"),
+               Column("kind", drop=1)] + ([Column("local")] if local else [])
+    rows = [[e.id, e.family, f"{e.params_b:g}B", e.template, "instruct" if e.instruct else "base"]
+            + ([found[e.id].replace("absent", "-")] if local else []) for e in entries]
+    print_table(Console(highlight=False), columns, rows)  # sized now: COLUMNS may differ from import time
+
+
+def _entry_values(entry) -> dict:
+    return {"id": entry.id, "family": entry.family, "params_b": entry.params_b, "template": entry.template,
+            "instruct": entry.instruct, "hf_id": entry.hf_id, "ms_id": entry.ms_id}
 
 
 @app.command("show")
 @fail_on_engine_error
-def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name, e.g. Qwen/Qwen3-4B or qwen3-4b.")]) -> None:
+def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name, e.g. Qwen/Qwen3-4B or qwen3-4b.")],
+         json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Everything known about one model: hub ids, template, example configs, and whether it is here."""
     from engine.models.cache import find_local_model
     from engine.models.registry import FAMILIES, get_model, nearest_example
     from engine.models.resolve import resolve_model
 
+    from assistant.cli.jsonout import document, emit
+
     entry = get_model(model_id)
+    examples = {method: nearest_example(entry.family, method) for method in entry.examples}
+    if json_out:
+        emit(document("models show", {
+            **_entry_values(entry), "family_name": FAMILIES[entry.family].display,
+            "examples": {method: str(path) for method, (path, _) in examples.items()},
+            "example_notes": {method: note for method, (_, note) in examples.items()},
+            "local": _check_document(entry.id, find_local_model(entry.id)),
+            "warnings": resolve_model(entry.id).warnings}))
+        return
     console.print(f"[bold]{entry.id}[/bold]  ({FAMILIES[entry.family].display}, {entry.params_b:g}B parameters, "
                   f"{'instruct' if entry.instruct else 'base'})")
     console.print(f"  Hugging Face: {entry.hf_id or '-'}\n  ModelScope:   {entry.ms_id or '-'}")
     console.print(f"  template:     {entry.template}")
-    for method in entry.examples:
-        path, note = nearest_example(entry.family, method)
-        console.print(f"  {method:<12}  {path.relative_to(path.parents[1])}" + (f"  [dim]({note})[/dim]" if note else ""))
+    for method, (path, note) in examples.items():
+        shown = path.relative_to(path.parents[1])
+        console.print(f"  {method:<12}  {shown}" + (f"  [dim]({note})[/dim]" if note else ""))
     console.print(f"  local:        {safe(find_local_model(entry.id).summary())}", soft_wrap=True)
     for warning in resolve_model(entry.id).warnings:
         console.print(f"[yellow]warning:[/yellow] {safe(warning)}", soft_wrap=True)
+
+
+def _check_document(model: str, result, resolution=None, template_error: str | None = None) -> dict:
+    from assistant.cli.jsonout import document
+
+    values = {"model": model, "found": result.path is not None,
+              "path": Path(result.path).resolve() if result.path else None, "complete": result.complete,
+              "where": result.where, "size_bytes": result.size_bytes, "expected_bytes": result.expected_bytes,
+              "problems": result.problems, "template_error": template_error, "warnings": [], "examples": {}}
+    if resolution is not None:
+        values.update(family=resolution.family, template=resolution.template, template_rule=resolution.rule,
+                      warnings=resolution.warnings, examples=_examples(resolution.family))
+    return document("models check", values)
+
+
+def _examples(family: str) -> dict[str, str]:
+    from engine.models.registry import FAMILIES, METHODS, nearest_example
+
+    if family not in FAMILIES:
+        return {}
+    return {method: str(nearest_example(family, method)[0]) for method in METHODS}
 
 
 @app.command("check")
@@ -70,31 +117,43 @@ def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name,
 def check(
     model: Annotated[str, typer.Argument(help="A model folder, a hub id, or a registry name.")],
     models_dir: Annotated[Path, typer.Option("--models-dir", help="Where downloaded models live.")] = Path("models"),
+    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
-    """Find a model on this machine and verify it is complete (shards, sizes, no partial downloads)."""
+    """Find a model on this machine and verify it is complete (shards, sizes, no partial downloads); exit 1
+    when it is not."""
     from engine.errors import ModelError
     from engine.models.cache import find_local_model
     from engine.models.resolve import resolve_model
 
+    from assistant.cli.jsonout import emit
+
     result = find_local_model(model, models_dir=models_dir)
+    is_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
+    res, template_error = None, None
+    if result.path is not None or is_hub_id:
+        try:
+            res = resolve_model(str(result.path) if result.path else model)
+        except ModelError as exc:
+            template_error = str(exc)
+    if json_out:
+        emit(_check_document(model, result, res, template_error))
+        if not result.complete:
+            raise typer.Exit(1)
+        return
     style = "green" if result.complete else "red"
     console.print(f"[{style}]{safe(result.summary())}[/{style}]", soft_wrap=True)
     if result.path is not None and Path(result.path).is_dir():
         _print_remote_code(Path(result.path))
-    is_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
-    if result.path is None and not is_hub_id:
-        raise typer.Exit(1)
-    try:
-        res = resolve_model(str(result.path) if result.path else model)
+    if res is not None:
         console.print(f"family {safe(res.family)}, template [bold]{safe(res.template)}[/bold] "
                       f"(rule: {safe(res.rule)}, {safe(res.detail)})")
         for warning in res.warnings:
             console.print(f"[yellow]warning:[/yellow] {safe(warning)}", soft_wrap=True)
-    except ModelError as exc:
-        console.print(f"[yellow]template:[/yellow] {safe(exc)}", soft_wrap=True)
+    if template_error:
+        console.print(f"[yellow]template:[/yellow] {safe(template_error)}", soft_wrap=True)
     if not result.complete:
         if is_hub_id:
-            console.print(f"Download (or finish downloading) it with: lf-assistant models download {safe(model)}",
+            console.print(f"Download (or finish downloading) it with: {self_command()} models download {safe(model)}",
                           style="dim")
         raise typer.Exit(1)
 

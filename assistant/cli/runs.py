@@ -12,6 +12,8 @@ import typer
 from assistant.cli.common import fail_on_engine_error, plain, safe
 from assistant.formatting import fmt_duration
 
+FINISHED_STATES = ("completed", "failed", "stopped")
+
 
 def lookup_name(run_id: str) -> str:
     """A run id (or a unique prefix) to look up; a path to an existing run folder is accepted as it is."""
@@ -23,14 +25,31 @@ def lookup_name(run_id: str) -> str:
     return check_name("run id", run_id)
 
 
+def _number(value) -> str:
+    """A loss for display; "-" when the run files hold none (or something that is not a number)."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 def _fmt_time(value) -> str:
     return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
+
+
+def run_document(row: dict, runs_dir: Optional[Path]) -> dict:
+    """One run of `runs --json`, from the engine's summary."""
+    from engine.rundir import runs_root
+
+    from assistant.cli.jsonout import document
+
+    run_dir = str((runs_root(runs_dir) / row["run_id"]).resolve())
+    return document("RUN", {**row, "run_dir": row.get("run_dir") or run_dir})
 
 
 @fail_on_engine_error
 def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
               tui: bool = typer.Option(False, "--tui", help="Open the runs review in the TUI: configs, diff "
-                                       "tables, loss charts, validation answers; compare two runs.")) -> None:
+                                       "tables, loss charts, validation answers; compare two runs."),
+              json_out: bool = typer.Option(False, "--json", help="Print {\"runs\": [...]} as JSON "
+                                            "(docs/cli-json.md).")) -> None:
     """List runs: id, model, method, state, steps, final loss, date (--tui: review and compare them)."""
     if tui:
         from assistant.tui.app import run_app
@@ -38,31 +57,31 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
         run_app(review=True, runs_dir=runs_dir)
         return
     from rich.console import Console
-    from rich.table import Table
 
     import engine
+    from assistant.cli.jsonout import emit
+    from assistant.cli.tables import Column, print_table
 
     rows = engine.runs.list(runs_dir)
+    if json_out:
+        emit({"runs": [run_document(row, runs_dir) for row in rows]})
+        return
     console = Console(highlight=False)
     if not rows:
         console.print("No runs yet. Start one with `lf-assistant` (guided) or `lf-assistant train CONFIG`.")
         return
-    table = Table()
-    table.add_column("run id", no_wrap=True)
-    for name in ("model", "method", "state", "steps", "final loss", "started"):
-        table.add_column(name, overflow="fold")
+    # The run id already carries the model, the method and the time: those columns go first when space is short.
+    columns = [Column("run id"), Column("model", drop=3), Column("method", drop=2), Column("state"),
+               Column("steps", justify="right"), Column("final loss", justify="right", drop=1),
+               Column("started", drop=4)]
+    table_rows = []
     for row in rows:
         steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
         loss = _number(row.get("final_loss"))
-        table.add_row(safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name),
-                      safe(row.get("method") or "-"),
-                      _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at")))
-    console.print(table)
-
-
-def _number(value) -> str:
-    """A loss for display; "-" when the run files hold none (or something that is not a number)."""
-    return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+        table_rows.append([safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name),
+                           safe(row.get("method") or "-"),
+                           _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at"))])
+    print_table(console, columns, table_rows)
 
 
 def _state_text(state: str) -> str:
@@ -70,37 +89,83 @@ def _state_text(state: str) -> str:
     return f"[{colour}]{safe(state)}[/]"
 
 
+def status_document(run, status) -> dict:
+    """`status --json`: the status fields, plus where the run's files are and whether it has ended."""
+    from engine.rundir import find_complete_checkpoints
+
+    from assistant.cli.jsonout import document
+
+    st = status.to_json()
+    checkpoint = st.get("last_checkpoint")
+    if not checkpoint and st.get("output_dir"):
+        found = find_complete_checkpoints(st["output_dir"])
+        checkpoint = str(found[-1]) if found else None
+    return document("status", {**st, "run_id": run.run_id, "run_dir": str(run.path.resolve()),
+                               "state": st.get("state", "unknown"), "finished": st.get("state") in FINISHED_STATES,
+                               "step": st.get("step", 0), "notes": st.get("notes", []),
+                               "last_checkpoint": checkpoint, "pid": status.pid, "log_path": str(run.log_path.resolve()),
+                               "metrics_path": str(run.metrics_path.resolve())})
+
+
 @fail_on_engine_error
 def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."),
            follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
-           runs_dir: Optional[Path] = typer.Option(None, "--runs-dir")) -> None:
-    """Show a run's state, step/total, latest loss and ETA."""
-    from rich.console import Console
-
+           runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+           json_out: bool = typer.Option(False, "--json", help="Print the status as JSON (docs/cli-json.md); with "
+                                         "--follow one line per change, the last when it ended.")) -> None:
+    """Show a run's state, step/total, latest loss and ETA; exit 1 when it failed."""
     import engine
 
-    console = Console(highlight=False)
     run = engine.runs.get(lookup_name(run_id), runs_dir)
+    st = _follow_json(run, follow) if json_out else _follow_text(run, follow)
+    if st.state == "failed":
+        raise typer.Exit(1)
+
+
+def _follow_json(run, follow: bool):
+    from assistant.cli.jsonout import emit
+
+    last = None
+    while True:
+        st = run.read_status()
+        doc = status_document(run, st)
+        key = (doc["state"], doc["step"], doc["loss"])
+        if not follow:
+            emit(doc)
+            return st
+        if key != last:
+            emit(doc, lines=True)
+            last = key
+        if doc["finished"]:
+            return st
+        time.sleep(2)
+
+
+def _follow_text(run, follow: bool):
+    from rich.console import Console
+
+    from assistant.command import self_command
+
+    console = Console(highlight=False)
     while True:
         st = run.read_status()
         state = st.state
-        loss = _number(st.loss)
         eta = None if st.is_terminal else st.eta_s
-        console.print(f"{safe(run.run_id)}: {_state_text(state)}  step {st.step}/{st.total_steps or '?'}  "
-                      f"loss {loss}  elapsed {fmt_duration(st.elapsed_s)}  ETA {fmt_duration(eta)}")
+        console.print(f"{safe(run.run_id)}: {_state_text(state)}")
+        console.print(f"  step {st.step}/{st.total_steps or '?'}  loss {_number(st.loss)}  "
+                      f"elapsed {fmt_duration(st.elapsed_s)}  ETA {fmt_duration(eta)}")
         if not follow or st.is_terminal:
             break
         time.sleep(2)
     if st.exit_reason and state in ("failed", "stopped"):
         console.print(f"  reason: {plain(st.exit_reason)}", markup=False)
         if st.last_checkpoint:
-            console.print(f"  continue with: lf-assistant resume-train {safe(run.run_id)}")
+            console.print(f"  continue with: {self_command()} resume-train {plain(run.run_id)}", markup=False)
     if st.output_dir:
         console.print(f"  output: {plain(st.output_dir)}", markup=False)
     for note in st.notes:
         console.print(f"  note: {plain(note)}", markup=False)
-    if state == "failed":
-        raise typer.Exit(1)
+    return st
 
 
 @fail_on_engine_error
@@ -122,6 +187,7 @@ def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or s
                  ) -> None:
     """Continue a failed or stopped run from its newest complete checkpoint."""
     import engine
+    from assistant.command import self_command
 
     handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=detach)
-    typer.echo(f"resumed {plain(handle.run_id)}; follow with: lf-assistant status {plain(handle.run_id)} --follow")
+    typer.echo(f"resumed {plain(handle.run_id)}; follow with: {self_command()} status {plain(handle.run_id)} --follow")

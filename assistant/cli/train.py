@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from assistant.cli.common import fail_on_engine_error, safe
+from assistant.cli.common import fail_on_engine_error, plain, safe
 from assistant.formatting import fmt_duration
 
 
@@ -21,8 +22,12 @@ def train(
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Name the run folder (default model_method_time)."),
     check: bool = typer.Option(False, "--check", help="Only validate the config and list every problem."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="0,1", help="GPU indices to train on (as `gpus` "
+                                       "numbers them; one process each). Default: every visible device."),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="Processes on this machine "
                                                  "(torchrun); default: from the GPU choice or the config."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead (docs/cli-json.md): the check with "
+                                  "--check, else the run's status once started (--detach) or ended."),
 ) -> None:
     """Fine-tune a model from a YAML config. Writes lf_runs/<run_id>/ (config, log, metrics, status) and the
     adapter or model into output_dir."""
@@ -32,15 +37,19 @@ def train(
     from engine.api import config_warnings
     from engine.names import check_name
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=json_out)
     if run_id is not None:
         check_name("run id", run_id)
     cfg = engine.load_config(config, *(overrides or []))
-    if cfg.unused_keys:
-        console.print(f"[dim]accepted but not used here: {safe(', '.join(cfg.unused_keys))}[/]")
+    skipped = list(cfg.unused_keys)
     problems = engine.validate(cfg)
     if check and not problems:
         problems = _data_problems(cfg)  # --check reads every row, as training will
+    if json_out and (check or problems):
+        _emit_check(config, cfg, skipped, problems)
+        raise typer.Exit(2 if problems else 0)
+    if skipped:
+        console.print(f"[dim]accepted but not used here: {safe(', '.join(skipped))}[/]")
     if problems:
         console.print(f"[bold red]{safe(config)}: {len(problems)} problem(s)[/]")
         for problem in problems:
@@ -54,21 +63,12 @@ def train(
         return
     if nproc_per_node:
         cfg.nproc_per_node = nproc_per_node
+    run_dir = _pin_gpus(cfg, gpus, runs_dir, run_id) if gpus else None
     if detach or (cfg.nproc_per_node or 1) > 1:
-        handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id, nproc_per_node=cfg.nproc_per_node)
-        if not detach:
-            console.print(f"run [bold]{safe(handle.run_id)}[/] started with {cfg.nproc_per_node} processes")
-            status = handle.wait()
-            console.print(f"[bold]{safe(status.state)}[/]: {safe(status.exit_reason or '')}")
-            console.print(f"  run folder : {safe(handle.path)}\n  output     : {safe(status.output_dir)}")
-            if status.state != "completed":
-                raise typer.Exit(1)
-            return
-        console.print(f"started run [bold]{safe(handle.run_id)}[/] (pid {handle.process.pid})")
-        console.print(f"  folder: {safe(handle.path)}")
-        console.print(f"  follow: lf-assistant status {safe(handle.run_id)} --follow")
+        _train_detached(cfg, console, detach=detach, json_out=json_out, runs_dir=runs_dir, run_id=run_id,
+                        run_dir=run_dir)
         return
-    _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id)
+    _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, json_out=json_out)
 
 
 def _print_default_differences(cfg, console) -> None:
@@ -104,7 +104,84 @@ def _data_problems(cfg) -> list[str]:
     return []
 
 
-def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
+def _emit_check(config: Path, cfg, skipped: list[str], problems: list[str]) -> None:
+    """The `train --check --json` document: the resolved settings and what the overrides changed."""
+    import engine
+    from engine.config import config_to_dict
+
+    from assistant.cli.jsonout import document, emit
+
+    settings = config_to_dict(cfg)
+    original = config_to_dict(engine.load_config(config))
+    changed = {key: {"from": original.get(key), "to": value} for key, value in settings.items()
+               if original.get(key) != value}
+    emit(document("train --check", {"config": str(config), "ok": not problems, "problems": problems,
+                                    "ignored_keys": skipped, "settings": settings, "changed": changed}))
+
+
+def _pin_gpus(cfg, gpus: str, runs_dir, run_id) -> Path:
+    """Prepare the run folder with the GPU choice (device.json), as the wizard's GPU stage does: the launcher,
+    resume-train and the wizard's later stages all read it. In-process training gets the visibility variable
+    here, before CUDA starts."""
+    from engine.api import prepare_run
+    from engine.devices import check_process_count, detect_devices, make_choice, save_choice
+    from engine.errors import DeviceError
+
+    try:
+        indices = [int(part) for part in gpus.split(",") if part.strip()]
+    except ValueError:
+        raise DeviceError(f"--gpus {gpus!r}: give GPU indices separated by commas, e.g. 0,1.") from None
+    if not indices:
+        raise DeviceError("--gpus: name at least one GPU index, e.g. --gpus 0.")
+    choice = make_choice(detect_devices(), indices)
+    if cfg.nproc_per_node:
+        check_process_count(choice, cfg.nproc_per_node)
+    else:
+        cfg.nproc_per_node = choice.nproc
+    _resolved, run = prepare_run(cfg, runs_dir=runs_dir, run_id=run_id)
+    save_choice(choice, run.path)
+    pinned = choice.launch_env()
+    for key in set(os.environ) - set(pinned):  # ROCm: a leftover CUDA_VISIBLE_DEVICES would narrow the choice
+        del os.environ[key]
+    os.environ.update(pinned)
+    return run.path
+
+
+def _train_detached(cfg, console, *, detach: bool, json_out: bool, runs_dir, run_id, run_dir) -> None:
+    import engine
+    from assistant.command import self_command
+
+    handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir,
+                          nproc_per_node=cfg.nproc_per_node)
+    if not detach:
+        console.print(f"run [bold]{safe(handle.run_id)}[/] started with {cfg.nproc_per_node} processes")
+        status = handle.wait()
+        if json_out:
+            _emit_status(handle)
+        else:
+            console.print(f"[bold]{safe(status.state)}[/]: {safe(status.exit_reason or '')}")
+            console.print(f"  run folder : {safe(handle.path)}\n  output     : {safe(status.output_dir)}")
+        if status.state != "completed":
+            raise typer.Exit(1)
+        return
+    if json_out:
+        _emit_status(handle)
+        return
+    console.print(f"started run [bold]{safe(handle.run_id)}[/] (pid {handle.process.pid})")
+    console.print(f"  folder: {safe(handle.path)}")
+    console.print(f"  follow: {self_command()} status {plain(handle.run_id)} --follow", markup=False)
+
+
+def _emit_status(handle) -> None:
+    import engine
+    from assistant.cli.jsonout import emit
+    from assistant.cli.runs import status_document
+
+    run = engine.runs.get(str(handle.path))
+    emit(status_document(run, run.read_status()))
+
+
+def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
@@ -112,7 +189,7 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
 
     progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=console, transient=False)
+                        console=console, transient=False, disable=json_out)
     task = progress.add_task("train", total=None, loss="-")
 
     def on_log(row: dict) -> None:
@@ -120,17 +197,22 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id) -> None:
             progress.update(task, completed=row["step"], total=row["total_steps"], loss=f"{row['loss']:.4f}")
         elif "eval_loss" in row:
             progress.console.print(f"  step {row['step']}: eval loss {row['eval_loss']:.4f}")
-        elif "message" in row and row["message"].startswith(("NOTE", "resumed", "data:", "model", "trainable")):
+        elif "message" in row and row["message"].startswith(("NOTE", "resumed", "data:", "stage", "trainable")):
             progress.console.print(f"[dim]{safe(row['message'])}[/]")
 
     with progress:
-        handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, on_log=on_log)
+        handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, on_log=on_log)
     status = handle.status()
-    final = status.final_loss
-    console.print(f"[bold green]{safe(status.state)}[/]: {status.step} steps in "
-                  f"{fmt_duration(status.runtime_s)}, final loss {final:.4f}" if final is not None else
-                  f"[bold]{safe(status.state)}[/]")
-    console.print(f"  run folder : {safe(handle.path)}")
-    console.print(f"  output     : {safe(status.output_dir)}")
-    if status.loss_plot:
-        console.print(f"  loss plot  : {safe(status.loss_plot)}")
+    if json_out:
+        _emit_status(handle)
+    else:
+        final = status.final_loss
+        console.print(f"[bold green]{safe(status.state)}[/]: {status.step} steps in "
+                      f"{fmt_duration(status.runtime_s)}, final loss {final:.4f}" if final is not None else
+                      f"[bold]{safe(status.state)}[/]")
+        console.print(f"  run folder : {safe(handle.path)}")
+        console.print(f"  output     : {safe(status.output_dir)}")
+        if status.loss_plot:
+            console.print(f"  loss plot  : {safe(status.loss_plot)}")
+    if status.state != "completed":
+        raise typer.Exit(1)

@@ -3,7 +3,12 @@
 STRINGS: dict[str, str] = {
     # --- app, board, keys
     "app.no_back": "Training was launched: earlier answers are fixed now. Start a new run to change them.",
-    "app.resume_hint": "Run saved. Continue later with:  lf-assistant --resume {run_id}",
+    "app.resume_hint": "Run saved. Continue later with:  {command} --resume {run_id}",
+    "app.browser_hint": "The wizard continues in your browser:  {url}\nOpening the page again continues where you "
+                        "were; closing it never stops training. Server log: {log} (stop it with: kill {pid}).",
+    "app.browser_starting": "Starting the browser server...",
+    "app.browser_failed": "The browser server did not start: {error}",
+    "app.already_browser": "This wizard already runs in a browser: it goes on here.",
     "board.title": "Progress",
     "board.flow": "0. Flow",
     "board.data": "1. Data",
@@ -78,6 +83,7 @@ STRINGS: dict[str, str] = {
     "q.execution.prompt": "Execution",
     "q.execution.run_here": "Run here, managed for you",
     "q.execution.write_only": "Only write configs and commands (run elsewhere)",
+    "q.execution.browser": "Open in a browser (this wizard, run here)",
     "q.method.prompt": "Fine-tuning type",
     "q.method.lora": "LoRA (small adapters, low memory)",
     "q.method.full": "Full (every weight; most memory)",

@@ -3,7 +3,12 @@
 STRINGS: dict[str, str] = {
     # --- app, board, keys
     "app.no_back": "训练已经启动：之前的回答已固定。如需修改，请新建一次运行。",
-    "app.resume_hint": "运行已保存。之后继续：  lf-assistant --resume {run_id}",
+    "app.resume_hint": "运行已保存。之后继续：  {command} --resume {run_id}",
+    "app.browser_hint": "向导在浏览器中继续：  {url}\n重新打开页面会从上次的位置继续；关闭页面不会停止训练。"
+                        "服务器日志：{log}（停止服务器：kill {pid}）。",
+    "app.browser_starting": "正在启动浏览器服务器……",
+    "app.browser_failed": "浏览器服务器未能启动：{error}",
+    "app.already_browser": "向导已经在浏览器中运行：在此继续。",
     "board.title": "进度看板",
     "board.flow": "0. 确认整体流程",
     "board.data": "1. 数据准备",
@@ -78,6 +83,7 @@ STRINGS: dict[str, str] = {
     "q.execution.prompt": "执行方式",
     "q.execution.run_here": "在这里运行，由助手管理",
     "q.execution.write_only": "只生成配置与命令，我在别处运行",
+    "q.execution.browser": "在浏览器中打开（同一向导，在这里运行）",
     "q.method.prompt": "微调类型",
     "q.method.lora": "LoRA（小适配器，显存占用少）",
     "q.method.full": "全参数（训练全部权重，显存最多）",

@@ -7,6 +7,7 @@ child processes, watched from thread workers that post messages (assistant.tui.m
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from datetime import datetime
@@ -17,8 +18,9 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
+from assistant.command import self_command
 from assistant.i18n import detect_language, set_language, t
-from assistant.tui.messages import FetchProgressed
+from assistant.tui.messages import BrowserStarted, FetchProgressed
 from assistant.wizard.skill import WORKFLOW_SKILLS, Skill, load_skill, skill_for
 from assistant.wizard.stages import model as model_stage
 from assistant.wizard.state import WizardState, new_state, rename_for_model, run_path, save_state
@@ -231,11 +233,42 @@ class WizardApp(App):
         if hasattr(self.screen, "fetch_changed"):
             self.screen.fetch_changed()
 
+    # ------------------------------------------------------------------ moving into a browser
+    def open_in_browser(self) -> None:
+        """Stage 0's "open in a browser": start `lf-assistant web`, then leave the terminal with its URL. The
+        state is saved, and the page's wizard reopens this (the newest unfinished) session."""
+        if self.is_web:
+            self.notify(t("app.already_browser"), timeout=6)
+            return
+        self.notify(t("app.browser_starting"), timeout=20)
+        self._start_web()
+
+    @work(thread=True, group="web")
+    def _start_web(self) -> None:
+        from engine.errors import EngineError
+
+        from assistant.cli.web import start_detached
+
+        try:
+            url, log, pid = start_detached(self.runs_dir, self.lang)
+        except (EngineError, OSError) as exc:
+            self.post_message(BrowserStarted(error=str(exc)))
+            return
+        self.post_message(BrowserStarted(url, log, pid))
+
+    def on_browser_started(self, message: BrowserStarted) -> None:
+        if message.error:
+            self.notify(t("app.browser_failed", error=message.error), severity="error", timeout=15)
+            return
+        save_state(self.state, self.runs_dir)
+        self.exit_hint = t("app.browser_hint", url=message.url, log=message.log, pid=message.pid)
+        self.exit()
+
     # ------------------------------------------------------------------ keys
     def action_quit_wizard(self) -> None:
         if self.state is not None:
             save_state(self.state, self.runs_dir)
-            self.exit_hint = t("app.resume_hint", run_id=self.state.run_id)
+            self.exit_hint = t("app.resume_hint", command=self_command(), run_id=self.state.run_id)
         self.exit()
 
     def action_review(self) -> None:
@@ -256,5 +289,6 @@ def run_app(*, resume: str | None = None, lang: str | None = None, runs_dir: str
         find_run(resume, runs_dir)
     app = WizardApp(runs_dir=runs_dir, resume=resume, lang=lang, review=review)
     app.run()
-    if app.exit_hint:
+    served = "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")  # textual-serve's page: stdout is its channel
+    if app.exit_hint and not served:
         print(app.exit_hint)

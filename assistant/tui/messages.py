@@ -116,3 +116,12 @@ class ProcessFinished(Message):
     def __init__(self, returncode: int, lines: list[str], result: Any = None) -> None:
         super().__init__()
         self.returncode, self.lines, self.result = returncode, lines, result
+
+
+class BrowserStarted(Message):
+    """`lf-assistant web` answers at `url` (error: it did not start)."""
+
+    def __init__(self, url: str | None = None, log: Any = None, pid: int | None = None,
+                 error: str | None = None) -> None:
+        super().__init__()
+        self.url, self.log, self.pid, self.error = url, log, pid, error

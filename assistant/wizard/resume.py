@@ -55,3 +55,27 @@ def _first_open_after(skill: Skill, stage_id: str, done: list[str], state: Wizar
     while current is not None and current in done:
         current = skill.next_stage(current, state.answers())
     return current
+
+
+def latest_unfinished(runs_dir: str | Path | None = None) -> str | None:
+    """The run id of the newest wizard session that has not reached its summary (by its last save), or None.
+
+    A browser page opens a new wizard process each time; this is how reopening the page continues the session
+    it showed. Folders whose state.json cannot be read are passed over, never changed."""
+    from engine.errors import ConfigError
+    from engine.rundir import iter_runs
+
+    best: tuple[float, str] | None = None
+    for run in iter_runs(runs_dir):
+        if not (run.path / "state.json").is_file():
+            continue
+        try:
+            state = load_state(run.path)
+        except ConfigError:
+            continue
+        if state.stage == "summary":
+            continue
+        saved = state.updated_at if isinstance(state.updated_at, (int, float)) else 0.0
+        if best is None or saved > best[0]:
+            best = (saved, run.run_id)
+    return best[1] if best else None

@@ -31,6 +31,9 @@ async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
         await pilot.press("ctrl+q")
     run_id = app.state.run_id
     assert app.exit_hint and f"--resume {run_id}" in app.exit_hint
+    from assistant.command import self_command
+
+    assert f"{self_command()} --resume {run_id}" in app.exit_hint  # runnable without an activated venv
     saved = json.loads((workspace / "lf_runs" / run_id / "state.json").read_text())
     assert saved["stage"] == "config" and saved["method"] == "full" and saved["scope"] == "sft"
 

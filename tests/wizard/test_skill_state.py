@@ -99,6 +99,6 @@ def test_language_comes_from_flag_then_env_then_config_then_locale(monkeypatch, 
     try:
         i18n.set_language("zh")
         assert i18n.t("board.data") != i18n.CATALOGS["en"]["board.data"]
-        assert "lf-assistant --resume abc" in i18n.t("app.resume_hint", run_id="abc")
+        assert "lf-assistant --resume abc" in i18n.t("app.resume_hint", command="lf-assistant", run_id="abc")
     finally:
         i18n.set_language("en")

@@ -56,8 +56,11 @@ class FlowScreen(StageScreen):
         return {widget.question.id: widget.value for widget in self.query(QuestionSet)}
 
     def submit(self) -> None:
-        outcome = flow.apply(self.state, self.wizard.skill, self.answers())
+        answers = self.answers()
+        outcome = flow.apply(self.state, self.wizard.skill, answers)
         if not outcome.ok:
             self.say(outcome.problems)
             return
         self.wizard.advance(self.STAGE, outcome.state, notes=outcome.notes)
+        if answers.get("execution") == flow.BROWSER:
+            self.wizard.open_in_browser()

@@ -247,21 +247,30 @@ def describe_problem(problem: Any) -> str:
 
 def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool,
             ranking: bool = False) -> Outcome:
+    """Bring `source` into the dataset folder (see `bring_in`) and record it in the state."""
+    record, problems = bring_in(dataset_dir, source, name, convert=convert, ranking=ranking)
+    if record is None:
+        return refused(*problems)
+    return Outcome(state.replace(onboarded=[*state.onboarded, record]))
+
+
+def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool,
+             ranking: bool = False) -> tuple[dict | None, list[str]]:
     """Copy (or convert) `source` into the dataset folder as <name>.json(l) and register it; the source stays.
     With ranking, the copy must be preference pairs throughout, and is registered with "ranking": true and its
-    chosen/rejected columns."""
+    chosen/rejected columns. (record {source, name, file, converted}, []) or (None, problems)."""
     from engine.data import check_file, convert_file
     from engine.data.registry import register_dataset
     from engine.errors import EngineError
 
     name = (name or "").strip()
     if not name or "," in name or "/" in name:
-        return refused(t("data.bad_name", name=name))
+        return None, [t("data.bad_name", name=name)]
     dataset_dir = Path(dataset_dir).resolve()
     suffix = ".json" if convert else source.suffix.lower()
     target = dataset_dir / f"{name}{suffix}"
     if target.exists() and target.resolve() != source.resolve():
-        return refused(t("data.target_exists", path=str(target)))
+        return None, [t("data.target_exists", path=str(target))]
     try:
         if convert:
             convert_file(source, target)
@@ -272,13 +281,12 @@ def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, c
         if problems:
             if target.resolve() != source.resolve():
                 target.unlink(missing_ok=True)  # a copy that cannot be registered is not left behind
-            return refused(*problems)
+            return None, problems
         entry = report.suggested_entry() or {"file_name": target.name}
         register_dataset(dataset_dir, name, dict(entry, file_name=target.name))
     except EngineError as exc:
-        return refused(str(exc))
-    record = {"source": str(source), "name": name, "file": str(target), "converted": convert}
-    return Outcome(state.replace(onboarded=[*state.onboarded, record]))
+        return None, [str(exc)]
+    return {"source": str(source), "name": name, "file": str(target), "converted": convert}, []
 
 
 def _onboard_problems(target: Path, report: Any, ranking: bool) -> list[str]:

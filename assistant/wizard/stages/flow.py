@@ -11,6 +11,9 @@ from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
 
 STAGE = "flow"
+BROWSER = "browser"
+"""The execution answer that moves this wizard into a browser (`lf-assistant web`). The run itself is then
+managed here like run_here, which is what the state records: later stages know only run_here and write_only."""
 
 
 def defaults(state: WizardState, skill: Skill) -> dict[str, str]:
@@ -29,6 +32,8 @@ def apply(state: WizardState, skill: Skill, answers: Mapping[str, str]) -> Outco
         values[question.id] = value
     if problems:
         return refused(*problems)
+    if values.get("execution") == BROWSER:
+        values["execution"] = "run_here"
     notes = []
     if values.get("method") != state.method and state.method and (state.edits or state.suggestions):
         # Edits were made against the old method's example; they stay, and the diff shows them again.

@@ -1,0 +1,84 @@
+"""Starting `lf-assistant web` as a user does (a separate process), on a free port, in a temporary folder."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class WebServer:
+    def __init__(self, folder: Path, *args: str):
+        self.folder, self.port = folder, free_port()
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LFA_LANG": "en"}
+        # Output goes to a file: a pipe nobody reads would fill up with the access log and block the server.
+        self.log = folder / f"web-{self.port}.out"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "assistant.cli.main", "web", "--port", str(self.port),
+                 "--runs-dir", str(folder / "lf_runs"), *args],
+                cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_until_answering(self, timeout: float = 30.0) -> "WebServer":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"web exited with {self.process.returncode}: {self.output()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"web did not answer on port {self.port} within {timeout} s")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> str:
+        """Stop the server and the wizard processes it started (its process group); its output."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        return self.output()
+
+
+@pytest.fixture()
+def web_folder(tmp_path, demo_model_dir) -> Path:
+    """A working folder with data/ and models/lf-tiny-qwen3, as `make run` leaves a checkout."""
+    shutil.copytree(REPO / "data", tmp_path / "data")
+    shutil.copytree(demo_model_dir, tmp_path / "models" / "lf-tiny-qwen3")
+    return tmp_path
+
+
+@pytest.fixture()
+def start_web():
+    servers: list[WebServer] = []
+
+    def start(folder: Path, *args: str) -> WebServer:
+        servers.append(WebServer(folder, *args))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
