@@ -1,12 +1,14 @@
 """Where a training step's time goes on this machine: data, forward (with the loss), backward, optimizer.
 
-    python benchmarks/profile_step.py [--strategy packed] [--dataset skewed] [--steps 20] [--method lora]
-                                      [--threads N] [--ops 15]
+    python benchmarks/profile_step.py [--model NAME_OR_PATH] [--strategy packed] [--dataset skewed] [--steps 20]
+                                      [--method lora] [--threads N] [--ops 15] [--kernels auto]
 
 Runs the SFT step exactly as engine/recipes/sft.py does (same batcher, same loss, same token-count normalisation)
-on the tiny demo model and the benchmark datasets of compare_peers.py, and times each phase with wall and CPU
-clocks (CPU work is synchronous, so a phase's wall time is its own). ``--ops N`` adds torch.profiler's N most
-expensive operators (self CPU time), so the next improvement is chosen by measurement: e.g. how much of the
+on a model (default the tiny demo model; a folder or a registry id, see bench_models.py) and the benchmark
+datasets of compare_peers.py (peer_runs.py), and times each phase with wall and CPU clocks (CPU work is
+synchronous, so a phase's wall time is its own). It also prints the achieved model FLOP/s (benchmarks/flops.py),
+its share of a matmul measured at the same thread count, and the peak RSS. ``--ops N`` adds torch.profiler's N
+most expensive operators (self CPU time), so the next improvement is chosen by measurement: e.g. how much of the
 forward is attention, the LM head or the cross-entropy.
 """
 
@@ -22,6 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from bench_models import DEFAULT_MODEL  # noqa: E402
+from flops import ModelShape, dataset_flops, matmul_peak  # noqa: E402
+
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
@@ -29,16 +34,16 @@ def build(args, root: Path):
     """(model, optimizer, batcher, params) as the recipe builds them, on the benchmark data."""
     import torch
 
-    from compare_peers import DATASETS, SETTINGS, write_dataset
+    from peer_runs import DATASETS, SETTINGS, write_dataset
     from engine.config import TrainConfig
     from engine.data import SFTCollator, encode_supervised, load_examples
     from engine.data.templates import get_template
     from engine.methods import get_method
-    from engine.models.demo import build_demo_model
+    from bench_models import resolve_bench_model
     from engine.models.loading import load_model, load_tokenizer
     from engine.training.batching import build_batcher
 
-    model_dir = build_demo_model("lf-tiny-qwen3", root / "model")
+    model_dir, _ = resolve_bench_model(args.model, root)
     cutoff = DATASETS[args.dataset]["cutoff_len"]
     name = write_dataset(root / "data", args.dataset, (args.steps + args.warmup) * SETTINGS["batch"])
     config = TrainConfig(model_name_or_path=str(model_dir), finetuning_type=args.method, lora_target="all",
@@ -47,15 +52,24 @@ def build(args, root: Path):
                          batching_strategy=args.strategy, seed=SETTINGS["seed"])
     tokenizer = load_tokenizer(model_dir)
     samples = encode_supervised(load_examples(name, root / "data"), tokenizer, get_template("qwen", tokenizer), cutoff)
-    model = get_method(args.method).prepare(load_model(model_dir, dtype="float32", device="cpu"), config)
+    base = load_model(model_dir, dtype="float32", device="cpu")
+    plan = None
+    if args.kernels != "none":
+        from engine.kernels.patch import apply_kernels
+
+        plan = apply_kernels(base, args.kernels, device="cpu")
+        print(f"kernels: {', '.join(plan.applied) or 'none'}")
+    model = get_method(args.method).prepare(base, config)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=SETTINGS["lr"])
+    optimizer = torch.optim.AdamW(params, lr=SETTINGS["lr"], foreach=True)
     batcher = build_batcher(config, samples, SFTCollator(pad_token_id=tokenizer.pad_token_id))
-    return model, optimizer, batcher, params
+    rank = SETTINGS["lora_rank"] if args.method == "lora" else None
+    flops, tokens = dataset_flops(ModelShape.from_folder(model_dir), list(samples), lora_rank=rank)
+    return model, optimizer, batcher, params, flops / tokens, plan
 
 
-def timed_step(model, optimizer, batcher, params, group, clock) -> int:
+def timed_step(model, optimizer, batcher, params, group, clock, plan=None) -> int:
     """One optimizer step, phase by phase; returns the real input tokens it trained on."""
     import torch
 
@@ -66,7 +80,8 @@ def timed_step(model, optimizer, batcher, params, group, clock) -> int:
         denominator = max(sum(trained_tokens(b) for b in micro_batches), 1)
     for batch in micro_batches:
         with clock("forward"):
-            loss_sum, _ = causal_lm_loss_sum(model, batch)
+            loss_sum, _ = causal_lm_loss_sum(model, batch, fused_linear_ce=plan if plan and plan.fused_linear_ce
+                                             else False)
             loss = loss_sum / denominator
         with clock("backward"):
             loss.backward()
@@ -100,10 +115,16 @@ class PhaseClock:
         return _Span()
 
 
-def report(clock: PhaseClock, steps: int, tokens: int, args) -> None:
+def report(clock: PhaseClock, steps: int, tokens: int, args, flops_per_token: float, peak: float) -> None:
+    import resource
+
     total_wall, total_cpu = sum(clock.wall.values()), sum(clock.cpu.values())
-    print(f"\n{args.strategy} batching, {args.dataset} data, {args.method}, {steps} steps of "
-          f"{tokens / steps:.0f} real tokens: {tokens / total_wall:.0f} tok/s, {tokens / total_cpu:.0f} tok/CPU-s")
+    achieved = tokens / total_wall * flops_per_token
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\n{args.model}: {args.strategy} batching, {args.dataset} data, {args.method}, {steps} steps of "
+          f"{tokens / steps:.0f} real tokens: {tokens / total_wall:.0f} tok/s, {tokens / total_cpu:.0f} tok/CPU-s, "
+          f"{achieved / 1e9:.1f} GFLOP/s = {achieved / peak:.0%} of the {peak / 1e9:.0f} GFLOP/s matmul peak at "
+          f"{args.threads} thread(s), peak RSS {rss:.0f} MB")
     print(f"{'phase':<11}{'ms/step':>9}{'share':>8}{'CPU ms/step':>13}")
     for phase in PHASES:
         print(f"{phase:<11}{1000 * clock.wall[phase] / steps:>9.1f}{clock.wall[phase] / total_wall:>8.1%}"
@@ -112,6 +133,8 @@ def report(clock: PhaseClock, steps: int, tokens: int, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="a model folder, a registry id or a demo model")
+    parser.add_argument("--kernels", default="none", help="kernel_config for the model (none, auto, or names)")
     parser.add_argument("--strategy", default="packed", choices=("padded", "bucketed", "packed", "dynamic"))
     parser.add_argument("--dataset", default="skewed", choices=("skewed", "uniform"))
     parser.add_argument("--method", default="lora", choices=("lora", "full"))
@@ -126,22 +149,23 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    peak = matmul_peak(args.threads or torch.get_num_threads())
     with tempfile.TemporaryDirectory(prefix="lfa-profile-") as root:
-        model, optimizer, batcher, params = build(args, Path(root))
+        model, optimizer, batcher, params, flops_per_token, plan = build(args, Path(root))
     groups = [g for epoch in range(3) for g in batcher.groups(epoch)][:args.warmup + args.steps]
     clock = PhaseClock()
     for group in groups[:args.warmup]:
-        timed_step(model, optimizer, batcher, params, group, clock)
+        timed_step(model, optimizer, batcher, params, group, clock, plan)
     clock.enabled = True
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.ops else None
     tokens = 0
     if profiler:
         profiler.__enter__()
     for group in groups[args.warmup:]:
-        tokens += timed_step(model, optimizer, batcher, params, group, clock)
+        tokens += timed_step(model, optimizer, batcher, params, group, clock, plan)
     if profiler:
         profiler.__exit__(None, None, None)
-    report(clock, len(groups) - args.warmup, tokens, args)
+    report(clock, len(groups) - args.warmup, tokens, args, flops_per_token, peak)
     if profiler:
         print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.ops))
 

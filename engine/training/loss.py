@@ -42,12 +42,14 @@ def trained_tokens(batch: dict) -> int:
 def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[torch.Tensor, int]:
     """(sum of token losses, number of trained tokens) for one micro-batch.
 
-    With ``fused_linear_ce`` the LM head and the loss run chunk by chunk on the final hidden states, so the full
-    logits tensor (tokens x vocab) never exists.
+    The LM head and the loss run chunk by chunk on the final hidden states of the positions that have a target,
+    so neither the prompt's logits nor the full logits tensor (tokens x vocab) ever exist: with ``fused_linear_ce``
+    (a KernelPlan: Triton on GPUs) on every position, otherwise on the trained positions only wherever the model
+    allows it (``head_only_where_trained``), where CPU models also take the fast LoRA paths of
+    engine/kernels/training_paths.py. Wrapped multi-process models compute the full logits through the wrapper.
     """
     labels = batch_targets(batch)
     n_tokens = int((labels != -100).sum())
-    inputs = model_inputs(batch)
     if "position_ids" in batch and batch["input_ids"].shape[0] == 1:
         from engine.data.packing import use_packed_attention
 
@@ -58,21 +60,51 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[to
         # A KernelPlan picks the Triton kernel on GPUs; a plain True means the torch chunked path.
         linear_ce = getattr(fused_linear_ce, "linear_cross_entropy", chunked_linear_cross_entropy)
         causal_lm = base_causal_lm(model)
-        hidden = causal_lm.model(**inputs, use_cache=False).last_hidden_state
+        hidden = causal_lm.model(**causal_inputs(model, batch), use_cache=False).last_hidden_state
         head = causal_lm.get_output_embeddings()
         loss = linear_ce(hidden.flatten(0, 1), head.weight, labels.flatten(), bias=getattr(head, "bias", None),
                          reduction="sum")
         return loss, n_tokens
     if head_only_where_trained(model):
         # Prompt and padding positions have no target: run the LM head (tokens x vocab) only where one exists.
+        from engine.kernels.ops.fused_linear_ce import chunked_linear_cross_entropy
+        from engine.kernels.training_paths import use_fast_training_paths
+
         causal_lm = base_causal_lm(model)
-        hidden = causal_lm.model(**inputs, use_cache=False).last_hidden_state
+        use_fast_training_paths(causal_lm)
+        hidden = causal_lm.model(**causal_inputs(model, batch), use_cache=False).last_hidden_state
         keep = labels != -100
-        logits = causal_lm.get_output_embeddings()(hidden[keep])
-        return F.cross_entropy(logits.float(), labels[keep], reduction="sum"), n_tokens
-    logits = model(**inputs, use_cache=False).logits
+        head = causal_lm.get_output_embeddings()
+        loss = chunked_linear_cross_entropy(hidden[keep], head.weight, labels[keep], bias=head.bias,
+                                            chunk_size=head_chunk_rows(head.weight.shape[0]), reduction="sum")
+        return loss, n_tokens
+    logits = model(**causal_inputs(model, batch), use_cache=False).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
     return loss, n_tokens
+
+
+def head_chunk_rows(vocab: int) -> int:
+    """Rows of logits computed at once by the chunked head: about 16M logits (64 MB in fp32) per chunk, so the
+    loss never holds more, while each chunk's matmuls stay large enough to run at full speed."""
+    return max(128, min(1024, (1 << 24) // max(vocab, 1)))
+
+
+def causal_inputs(model, batch: dict) -> dict:
+    """``model_inputs`` for a causal LM loss. On a plain decoder (``_PLAIN_HEAD_MODEL_TYPES``) a right-padded
+    batch also leaves out its attention mask: a real token attends only to the real tokens before it either way,
+    so causal attention without a mask gives every real token (all that the loss reads) exactly the same result,
+    and SDPA then runs its causal kernel with grouped key/value heads instead of a masked one on key/value heads
+    repeated per query head (and no (rows, 1, T, T) mask is built)."""
+    inputs = model_inputs(batch)
+    mask = inputs.get("attention_mask")
+    if mask is not None and mask.dim() == 2 and is_plain_decoder(model) and right_padded(mask):
+        inputs.pop("attention_mask")
+    return inputs
+
+
+def right_padded(mask: torch.Tensor) -> bool:
+    """Every row of a 2-D attention mask is ones, then zeros (a real first token, no hole, padding at the end)."""
+    return bool(mask[:, 0].all()) and bool((mask[:, 1:] <= mask[:, :-1]).all())
 
 
 # Families whose logits are exactly lm_head(final hidden state): no soft-capping, scaling or auxiliary losses.
@@ -85,5 +117,8 @@ def head_only_where_trained(model) -> bool:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return False
     causal_lm = base_causal_lm(model)
-    return (getattr(causal_lm.config, "model_type", None) in _PLAIN_HEAD_MODEL_TYPES
-            and hasattr(causal_lm, "model") and causal_lm.get_output_embeddings() is not None)
+    return is_plain_decoder(causal_lm) and hasattr(causal_lm, "model") and causal_lm.get_output_embeddings() is not None
+
+
+def is_plain_decoder(model) -> bool:
+    return getattr(getattr(base_causal_lm(model), "config", None), "model_type", None) in _PLAIN_HEAD_MODEL_TYPES
