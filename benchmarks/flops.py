@@ -100,6 +100,26 @@ def matmul_peak(threads: int, *, seconds: float = 1.5, sizes: tuple[int, ...] = 
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def device_matmul_peak(device: str, dtype: str = "bfloat16", *, size: int = 8192, calls: int = 20) -> float:
+    """The matmul FLOP/s of a GPU in ``dtype``: the best of ``calls`` timed (size x size) products."""
+    import torch
+
+    kind = getattr(torch, dtype)
+    a = torch.randn(size, size, device=device, dtype=kind)
+    b = torch.randn(size, size, device=device, dtype=kind)
+    for _ in range(3):
+        a @ b  # warm up clocks and cuBLAS heuristics
+    best = float("inf")
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) / 1000)
+    return 2 * size ** 3 / best
+
+
 def _peak_here(threads: int, seconds: float, sizes: tuple[int, ...]) -> float:
     import torch
 
