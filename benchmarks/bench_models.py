@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT_MODEL = "lf-tiny-qwen3"
+REPO = Path(__file__).resolve().parent.parent
 
 
 class ModelNotAvailable(SystemExit):
@@ -22,6 +23,8 @@ def resolve_bench_model(name: str, scratch: Path) -> tuple[Path, str]:
     from engine.models.demo import DEMO_MODELS, build_demo_model
 
     folder = Path(name).expanduser()
+    if name.startswith(("/", ".", "~")) and not folder.is_dir():
+        raise ModelNotAvailable(f"There is no model folder at {folder}.")
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise ModelNotAvailable(f"{folder} has no config.json: pass a model folder or a registry id.")
@@ -41,7 +44,9 @@ def _cached_registry_model(name: str) -> Path:
         raise ModelNotAvailable(
             f"{name!r} is neither a model folder nor a model the registry knows. Pass the folder of a model on "
             f"this machine, or a registry id that is downloaded ({download} fetches a registered one).")
-    check = find_local_model(entry.id)
+    # where `lf-assistant models download` puts it (./models), from here or from the checkout
+    checks = [find_local_model(entry.id, models_dir=where) for where in (Path("models"), REPO / "models")]
+    check = next((c for c in checks if c.complete), checks[0])
     if check.path is None or not check.complete:
         problems = "; ".join(check.problems) or "not found"
         raise ModelNotAvailable(f"{name} ({entry.id}) is not on this machine in full ({problems}). Fetch it "
