@@ -185,11 +185,16 @@ def main() -> None:
                "cutoff_len": cutoff, "root": str(root)}
         best: dict[str, dict] = {}
         peak = 0.0
-        for _ in range(args.repeats):
-            peak = max(peak, measure_peak(threads))
+        for round_ in range(1, args.repeats + 1):
+            measured = measure_peak(threads)
+            peak = max(peak, measured)
+            print(f"  {kind} round {round_}: matmul peak {measured / 1e9:.1f} GFLOP/s", flush=True)
             for contender in contenders:
                 python, env = runtimes[contender]
                 result = spawn({**job, "contender": contender}, python, env)
+                print(f"  {kind} round {round_}: {label(contender)} {tps(result):.0f} tok/s, loop "
+                      f"{result['train_s']:.0f} s, RSS {result['peak_rss_mb']:.0f} MB, load "
+                      f"{os.getloadavg()[0]:.1f}", flush=True)
                 if contender not in best or tps(result) > tps(best[contender]):
                     best[contender] = result
         info = {"model_name": model_name, "steps": steps, "cutoff_len": cutoff, "threads": threads,

@@ -25,6 +25,11 @@ TEMPLATE = "qwen"  # ChatML; both the demo model and SmolLM2 speak it, and LLaMA
 SYSTEM = "You are a helpful assistant."
 
 
+def log_every(steps: int) -> int:
+    """The logging interval, but at least one log in a short run, so that every contender has a final loss."""
+    return max(1, min(SETTINGS["logging_steps"], steps))
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -81,7 +86,7 @@ def run_ours(job: dict) -> dict:
         "template": TEMPLATE, "cutoff_len": job["cutoff_len"], "finetuning_type": "lora",
         "lora_rank": SETTINGS["lora_rank"], "lora_alpha": SETTINGS["lora_alpha"], "lora_dropout": 0.0,
         "lora_target": "all", "per_device_train_batch_size": SETTINGS["batch"], "gradient_accumulation_steps": 1,
-        "learning_rate": SETTINGS["lr"], "lr_scheduler_type": "cosine", "logging_steps": SETTINGS["logging_steps"],
+        "learning_rate": SETTINGS["lr"], "lr_scheduler_type": "cosine", "logging_steps": log_every(job["steps"]),
         "batching_strategy": strategy, "save_strategy": "no", "plot_loss": False, "seed": SETTINGS["seed"],
         "output_dir": str(Path(job["workdir"]) / "out"),
         # dynamic batching changes how many steps an epoch has; every contender trains exactly one epoch
@@ -146,7 +151,7 @@ def run_hf(job: dict) -> dict:
     args = TrainingArguments(
         output_dir=str(Path(job["workdir"]) / "hf"), per_device_train_batch_size=SETTINGS["batch"],
         learning_rate=SETTINGS["lr"], max_steps=job["steps"], lr_scheduler_type="cosine",
-        logging_steps=SETTINGS["logging_steps"], save_strategy="no", report_to="none", use_cpu=True,
+        logging_steps=log_every(job["steps"]), save_strategy="no", report_to="none", use_cpu=True,
         seed=SETTINGS["seed"], disable_tqdm=True, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, remove_unused_columns=False)
     clock = timing_callback()
@@ -167,7 +172,7 @@ def run_llamafactory(job: dict) -> dict:
         "lora_target": "all", "dataset": job["dataset"], "dataset_dir": job["data_dir"], "template": TEMPLATE,
         "default_system": SYSTEM, "cutoff_len": job["cutoff_len"], "overwrite_cache": True,
         "preprocessing_num_workers": 1, "dataloader_num_workers": 0, "output_dir": str(workdir / "lf"),
-        "logging_steps": SETTINGS["logging_steps"], "save_strategy": "no", "plot_loss": False,
+        "logging_steps": log_every(job["steps"]), "save_strategy": "no", "plot_loss": False,
         "overwrite_output_dir": True, "report_to": "none", "disable_tqdm": True,
         "per_device_train_batch_size": SETTINGS["batch"], "gradient_accumulation_steps": 1,
         "learning_rate": SETTINGS["lr"], "max_steps": job["steps"], "lr_scheduler_type": "cosine",
