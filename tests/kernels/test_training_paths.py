@@ -203,3 +203,20 @@ def test_right_padded_batches_drop_the_mask_and_left_padded_keep_it(make_tiny_mo
     left = dict(right, attention_mask=right["attention_mask"].flip(-1))
     assert "attention_mask" in causal_inputs(model, left)
     assert "attention_mask" in causal_inputs(make_tiny_model("gemma"), right)  # not a plain decoder: kept
+
+
+def test_gradient_checkpointing_recomputes_through_the_fast_paths(make_tiny_model):
+    """Checkpointed layers rerun their forward in backward: the fused functions give the same gradients."""
+    batch = PackedCollator()(samples([21, 34, 12]))
+    results = []
+    for checkpointing in (False, True):
+        model = lora_model(make_tiny_model, "qwen3")
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            model.enable_input_require_grads()
+        loss, tokens = causal_lm_loss_sum(model, batch)
+        (loss / tokens).backward()
+        results.append((loss.detach(), grads(model)))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], grad, atol=1e-7, rtol=1e-5, msg=name)
