@@ -33,7 +33,7 @@ async def test_dpo_walk_on_the_demo_model_completes_with_reward_metrics(workspac
     async with app.run_test(size=SIZE) as pilot:
         await _choose_dpo(pilot, app, sft_only=True)
         await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-        assert [row.name for row in app.screen.listing] == ["dpo_demo"]
+        assert [row.name for row in app.screen.listing] == ["dpo_demo", "rm_demo"]
         assert "alpaca_demo" in _text(app, "#hidden-note") and "hidden" in _text(app, "#hidden-note")
         app.screen.query_one("#datasets").focus()
         await pilot.press("space")

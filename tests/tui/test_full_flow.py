@@ -4,6 +4,7 @@ import json
 
 import yaml
 from pilot_helpers import SIZE, make_app, on_screen, wait_until
+from engine.rundir import RunDir
 
 
 async def _answer_until_training(pilot, app):
@@ -73,7 +74,7 @@ async def test_full_flow_trains_validates_and_exports(workspace):
     assert yaml.safe_load((run / "infer.yaml").read_text()) == infer_rows
     assert yaml.safe_load((run / "export.yaml").read_text()) == export_rows
     assert config["template"] == infer_rows["template"] == export_rows["template"]
-    status = json.loads((run / "status.json").read_text())
+    status = RunDir(run).read_status()
     assert status.state == "completed" and status.step == status.total_steps == 20
     assert json.loads((run / "device.json").read_text())["platform"] == "cpu"
     losses = [m["loss"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in m]

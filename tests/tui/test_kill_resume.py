@@ -73,7 +73,7 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
     kinds = [e["event"] for e in events]
     assert "resume_requested" in kinds and kinds.count("launched") == 2
     resumed = next(e for e in events if e["event"] == "resumed")
-    assert resumed.step == killed_at  # continued from the newest complete checkpoint, not from step 0
+    assert resumed["step"] == killed_at  # continued from the newest complete checkpoint, not from step 0
     assert json.loads((run.path / "state.json").read_text())["launched"] is True
 
 

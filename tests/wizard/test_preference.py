@@ -64,7 +64,7 @@ def test_switching_workflow_after_choosing_data_asks_for_the_data_again(workspac
 def test_only_pairs_are_listed_and_sft_data_is_refused(workspace):
     rows = data.list_datasets(workspace / "data", ranking=True)
     shown, hidden = data.shown_rows(rows, ranking=True)
-    assert [row.name for row in shown] == ["dpo_demo"] and shown[0].available
+    assert [row.name for row in shown] == ["dpo_demo", "rm_demo"] and shown[0].available
     assert "alpaca_demo" in hidden and "identity" in hidden
     refused = data.choose(new_state(), workspace / "data", ["alpaca_demo"], rows, {})
     assert not refused.ok and "alpaca_demo" in refused.problems[0] and "chosen/rejected" in refused.problems[0]
