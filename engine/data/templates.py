@@ -253,6 +253,10 @@ TEMPLATES: dict[str, Template] = {
         "qwen2_5", **_QWEN, default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
     "qwen3": Template("qwen3", **_QWEN, reasoning=True),
     "qwen3_nothink": Template("qwen3_nothink", **_QWEN),
+    # SmolLM2's own chat template (the one in its tokenizer and GGUF): ChatML with a default system prompt naming
+    # it. LLaMA-Factory's smollm2 ends that prompt with a period; the model was tuned without one.
+    "smollm2": Template(
+        "smollm2", **_CHATML, default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
     "llama3": Template(
         "llama3", prefix="{bos}", user="<|start_header_id|>user<|end_header_id|>\n\n{content}<|eot_id|>",
         assistant_header="<|start_header_id|>assistant<|end_header_id|>\n\n", assistant="{content}<|eot_id|>",
