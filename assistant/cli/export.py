@@ -41,5 +41,7 @@ def export(
     what = "merged" if result.operation == "merge" else "re-saved (full fine-tune: nothing to merge)"
     console.print(f"[bold green]exported to {result.export_dir}[/] ({what}; template {result.template}; "
                   f"{len(result.files)} weight file(s))", soft_wrap=True)
+    if result.gguf:
+        console.print(f"  GGUF: {result.export_dir / result.gguf} (the Modelfile points at it)", soft_wrap=True)
     console.print(f"  chat with it: lf-assistant chat INFER.yaml model_name_or_path={result.export_dir} "
                   "adapter_name_or_path=null", soft_wrap=True)

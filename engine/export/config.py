@@ -12,6 +12,9 @@ from engine.errors import ConfigError
 from engine.inference.config import ADAPTER_METHODS, INFER_DTYPES
 
 EXPORT_DEVICES: tuple[str, ...] = ("cpu", "auto")
+EXPORT_FORMATS: tuple[str, ...] = ("safetensors", "gguf")
+# GGUF storage types written (engine.export.gguf.QUANTIZATIONS; repeated here so the config needs no torch).
+GGUF_QUANTIZATIONS: tuple[str, ...] = ("f32", "f16", "q8_0")
 BYTES_PER_GB = 10**9  # the unit transformers and the hub use for shard sizes ("5GB")
 
 
@@ -46,11 +49,22 @@ class ExportConfig:
         choices=EXPORT_DEVICES, section="export")
     export_legacy_format: bool = opt(
         False, "Write PyTorch .bin shards instead of safetensors (only for tools that need them).", section="export")
+    export_format: str = opt(
+        "safetensors", "safetensors: the model folder. gguf: the folder plus one .gguf file of it for llama.cpp and "
+        "Ollama (llama, mistral, qwen2, qwen3 models), loaded back and compared before the export counts.",
+        choices=EXPORT_FORMATS, section="export")
+    export_quantization: str | None = opt(
+        None, "How the GGUF stores weights: f32, f16, or q8_0 (8-bit, half of f16's size, nearly lossless). Empty "
+        "means q8_0. Only with export_format: gguf.", choices=GGUF_QUANTIZATIONS, section="export")
     export_quantization_bit: int | None = opt(
         None, "Not supported: export in full precision, then quantize with the runtime's own tool.",
         section="export")
     export_hub_model_id: str | None = opt(
         None, "Not supported: upload the export folder with `hf upload`.", section="export")
+
+    def gguf_quantization(self) -> str | None:
+        """The GGUF storage type to write, or None when no GGUF is wanted."""
+        return (self.export_quantization or "q8_0") if self.export_format == "gguf" else None
 
     def adapters(self) -> list[str]:
         if not self.adapter_name_or_path:
@@ -99,6 +113,13 @@ def check_export_config(config: ExportConfig) -> list[str]:
         upload = f"hf upload {config.export_hub_model_id} {config.export_dir or 'EXPORT_DIR'}"
         problems.append(f"export_hub_model_id is not supported: after exporting, upload with `{upload}`. "
                         "Remove the key.")
+    if config.export_format not in EXPORT_FORMATS:
+        problems.append(f"export_format must be safetensors or gguf (got {config.export_format!r}).")
+    if config.export_quantization is not None and config.export_quantization not in GGUF_QUANTIZATIONS:
+        problems.append(f"export_quantization must be one of {', '.join(GGUF_QUANTIZATIONS)} "
+                        f"(got {config.export_quantization!r}).")
+    if config.export_quantization is not None and config.export_format != "gguf":
+        problems.append("export_quantization applies to GGUF files only: add export_format: gguf, or remove it.")
     if config.export_size <= 0:
         problems.append(f"export_size must be a positive number of GB per shard (got {config.export_size}).")
     if config.export_device not in EXPORT_DEVICES:
