@@ -275,7 +275,9 @@ def write_gguf(model, tokenizer, path: Path, *, quantization: str, name: str, ch
     partial = path.with_name(f".{path.name}.partial")
     writer = gguf.GGUFWriter(partial, arch)
     try:
-        writer.add_name(name)
+        # transformers reads a llama file whose name is exactly "mistral" as a mistral architecture, which its
+        # own GGUF reader then cannot map: such a file could not be checked, so that one name gets a suffix.
+        writer.add_name(name if name != "mistral" else "mistral-model")
         writer.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                               "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quantization])
         if quantization == "q8_0":

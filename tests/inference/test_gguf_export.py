@@ -18,7 +18,8 @@ DEMOS = ("demo_model_dir", "demo_llama_dir")
 def _load(folder):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
 
 
 def _prompts(tokenizer):
@@ -67,6 +68,37 @@ def test_a_wrong_layout_is_refused(request, tmp_path, monkeypatch):
     _, checks = _write_and_verify(request, "demo_llama_dir", "f32", tmp_path)
     assert not checks["(f32)"].passed
     assert checks["(f32)"].measured > 100 * checks["(f32)"].tolerance
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_qwen2_and_mistral_round_trip(arch, demo_model_dir, tmp_path):
+    """Qwen2 carries q/k/v biases; Mistral is written as llama (llama.cpp has no mistral architecture) and reads
+    back as a Llama model, which computes the same thing."""
+    from transformers import (AutoTokenizer, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
+
+    tokenizer = AutoTokenizer.from_pretrained(demo_model_dir)
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                             "mistral": (MistralConfig, MistralForCausalLM)}[arch]
+    torch.manual_seed(0)
+    model = model_cls(config_cls(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=256, tie_word_embeddings=arch == "qwen2",
+                                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)).eval()
+    if arch == "qwen2":  # biases start at zero; give them values so that a lost bias shows
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.data.normal_(0, 0.5)
+    path = tmp_path / f"{arch}.gguf"
+    write_gguf(model, tokenizer, path, quantization="f32", name=arch, chat_template=tokenizer.chat_template)
+    checks = verify_gguf(path, model, tokenizer, _prompts(tokenizer), list(PROBE_TEXTS), quantization="f32",
+                         stop_ids=[tokenizer.eos_token_id])
+    assert all(c.passed for c in checks), [c.as_dict() for c in checks]
+    assert checks[1].measured < 1e-4
+    info = read_gguf_info(path)
+    assert info.architecture == {"qwen2": "qwen2", "mistral": "llama"}[arch]
+    assert ("blk.0.attn_q.bias" in info.tensor_names) == (arch == "qwen2")
+    assert ("output.weight" in info.tensor_names) == (arch == "mistral")  # untied: stored
 
 
 def test_gguf_tokenizer_metadata(demo_llama_dir):
