@@ -58,7 +58,7 @@ def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name,
     console.print(f"  Hugging Face: {entry.hf_id or '-'}\n  ModelScope:   {entry.ms_id or '-'}")
     if entry.package is not None:
         console.print(f"  package:      {entry.package.requirement} ({entry.package.file_name}, sha256 "
-                      f"{entry.package.sha256[:12]}..., {entry.package.license})")
+                      f"{entry.package.sha256[:12]}..., {entry.package.license})", soft_wrap=True)
     console.print(f"  template:     {entry.template}")
     for method in entry.examples:
         path, note = nearest_example(entry.family, method)

