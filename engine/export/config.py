@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.config.export import EXPORT_DEVICES, ExportConfig
+from engine.config.export import EXPORT_DEVICES, EXPORT_FORMATS, GGUF_QUANTIZATIONS, ExportConfig  # noqa: F401
 from engine.config.fields import field_problems
 from engine.config.loader import load
 from engine.config.model_source import INFER_DTYPES
@@ -53,6 +53,8 @@ def check_export_config(config: ExportConfig) -> list[str]:
         upload = f"hf upload {clip(config.export_hub_model_id, 80)} {clip(config.export_dir or 'EXPORT_DIR', 200)}"
         problems.append(f"export_hub_model_id is not supported: after exporting, upload with `{upload}`. "
                         "Remove the key.")
+    if config.export_quantization is not None and config.export_format != "gguf":
+        problems.append("export_quantization applies to GGUF files only: add export_format: gguf, or remove it.")
     if config.finetuning_type in ("full", "freeze") and config.adapters():
         problems.append(f"finetuning_type is {config.finetuning_type}: its output is a whole model with nothing to "
                         "merge. Remove adapter_name_or_path and set model_name_or_path to the training output_dir.")
