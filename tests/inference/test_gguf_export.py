@@ -129,7 +129,7 @@ def test_export_config_keys(lora_run, demo_model_dir, tmp_path):
     assert load_export_config(base, export_format="gguf", export_quantization="f16").gguf_quantization() == "f16"
     with pytest.raises(ConfigError, match="export_quantization applies to GGUF files only"):
         load_export_config(base, export_quantization="q8_0")
-    with pytest.raises(ConfigError, match="export_quantization must be one of f32, f16, q8_0"):
+    with pytest.raises(ConfigError, match="export_quantization: 'q4_k' is not one of f32, f16, q8_0"):
         load_export_config(base, export_format="gguf", export_quantization="q4_k")
 
 
