@@ -40,6 +40,7 @@ def train(
     console = Console(highlight=False, stderr=json_out)
     if run_id is not None:
         check_name("run id", run_id)
+    config = _shipped_if_missing(config, console)
     cfg = engine.load_config(config, *(overrides or []))
     skipped = list(cfg.unused_keys)
     problems = engine.validate(cfg)
@@ -69,6 +70,20 @@ def train(
                         run_dir=run_dir)
         return
     _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, json_out=json_out)
+
+
+def _shipped_if_missing(config: Path, console) -> Path:
+    """`examples/...` named from a folder that has none (an installed lf-assistant): the example it ships."""
+    from engine.resources import shipped_example
+
+    if config.exists():
+        return config
+    shipped = shipped_example(config)
+    if shipped is None:
+        return config
+    console.print(f"[dim]{safe(config)} is not here; using the example shipped with lf-assistant: {safe(shipped)}[/]",
+                  soft_wrap=True)
+    return shipped
 
 
 def _print_default_differences(cfg, console) -> None:

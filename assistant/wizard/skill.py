@@ -14,8 +14,9 @@ from typing import Any, Literal, Mapping
 import yaml
 
 from engine.errors import ConfigError
+from engine.resources import resource_dir
 
-SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
+SKILLS_DIR = resource_dir("skills")
 
 Mark = Literal["done", "current", "todo", "skipped"]
 # The workflow chosen at the start (question `workflow` of stage 0) -> the skill that runs it. Preference training

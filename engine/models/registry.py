@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ModelError
+from engine.resources import resource_dir
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES_DIR = resource_dir("examples")
 
 # Where each method's example lives, relative to examples/; `{f}` is the family's example name.
 EXAMPLE_LAYOUT: dict[str, str] = {

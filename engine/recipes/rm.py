@@ -27,21 +27,25 @@ from engine.training.task import LossOut, StepContext, Task
 SCORE_TOLERANCE = 1e-3  # fp32 reload: the same weights must give the same scores
 
 
-class PositionScores(torch.nn.Module):
-    """The score head at every position of a *ForSequenceClassification model (transformers pools one itself).
-    Scoring every position lets a sequence-parallel slice score its own tokens."""
+class ScoreCapture:
+    """The score head's output at every position, caught on its way through the model's own forward.
+
+    The model is called as the strategy wrapped it (DDP, FSDP2, sequence parallelism all act there); transformers
+    then pools one position itself, which is not what a sequence-parallel slice needs, so the loss reads the
+    per-position scores the hook kept instead."""
 
     def __init__(self, scorer: torch.nn.Module) -> None:
-        super().__init__()
-        self.scorer = scorer
+        classifier = scorer.get_base_model() if hasattr(scorer, "get_base_model") else scorer
+        self.scores: torch.Tensor | None = None
+        classifier.score.register_forward_hook(self._keep)
 
-    def classifier(self) -> torch.nn.Module:
-        return self.scorer.get_base_model() if hasattr(self.scorer, "get_base_model") else self.scorer
+    def _keep(self, _module, _args, output) -> None:
+        self.scores = output
 
-    def forward(self, **inputs) -> torch.Tensor:
-        model = self.classifier()
-        hidden = model.base_model(**inputs, use_cache=False).last_hidden_state
-        return model.score(hidden).squeeze(-1).float()
+    def __call__(self, model, batch: dict) -> torch.Tensor:
+        self.scores = None
+        model(**model_inputs(batch))
+        return self.scores.squeeze(-1).float()
 
 
 class RewardCollator:
@@ -87,12 +91,12 @@ def setup(session: Session) -> Task:
     # 2. The reward model: the base's body with a one-output score head.
     base = session.load_base(head="score")
     base.config.pad_token_id = tokenizer.pad_token_id
-    scorer = session.prepare(base)
-    model = PositionScores(scorer)
+    model = session.prepare(base)
+    scores = ScoreCapture(model)
 
     # 3. The pairwise loss; accuracy and rewards as metrics.
     def loss(train_model, batch: dict, context: StepContext) -> LossOut:
-        rewards = row_scores(train_model(**model_inputs(batch)), batch, context)
+        rewards = row_scores(scores(train_model, batch), batch, context)
         half = rewards.shape[0] // 2
         chosen, rejected = rewards[:half], rewards[half:]
         margin = chosen - rejected
@@ -103,34 +107,33 @@ def setup(session: Session) -> Task:
 
     collate = RewardCollator(tokenizer.pad_token_id)
 
-    def save(folder: Path) -> None:
-        session.method.save(scorer, folder)
-
-    def load(folder: Path) -> None:
-        session.method.load_for_resume(scorer, folder)
-
-    def closing(output_dir: Path) -> dict[str, float]:
+    def closing(output_dir: Path, stepper) -> dict[str, float]:
         held_out = eval_pairs or train_pairs
         if not eval_pairs:
             logger.note("no held-out pairs (val_size: 0): the reloaded reward model was checked on training pairs.")
-        return check_saved_model(output_dir, model, held_out[:64], collate, session)
+        return check_saved_model(output_dir, stepper, scores, held_out[:64], collate, session)
 
     return Task(model=model, train_samples=train_pairs, eval_samples=eval_pairs, collate=collate, loss=loss,
                 units=lambda batch: batch["input_ids"].shape[0] // 2, per_example=True, batching="padded",
-                save=save, load=load, summary_metrics=("accuracy",), closing=closing)
+                summary_metrics=("accuracy",), closing=closing)
 
 
-def check_saved_model(output_dir: Path, trained: PositionScores, pairs: list[dict], collate, session: Session
-                      ) -> dict[str, float]:
+def check_saved_model(output_dir: Path, stepper, scores: ScoreCapture, pairs: list[dict], collate,
+                      session: Session) -> dict[str, float]:
     """Load the saved reward model as a user would (plain transformers, or PEFT for an adapter) and score held-out
-    pairs with transformers' own pooling: the scores must equal the trained model's."""
-    reloaded = load_reward_model(output_dir, session)
+    pairs with transformers' own pooling: the scores must equal the trained model's. Every rank computes the trained
+    scores (the model may be sharded); the main rank loads and compares."""
     batch = {k: v.to(session.device) for k, v in collate(pairs).items()}
-    trained.eval()
+    stepper.task.model.eval()
     with torch.no_grad():
-        expected = row_scores(trained(**model_inputs(batch)), batch, StepContext(sequence_sum=lambda t: t))
+        prepared = stepper.prepare(batch)
+        expected = row_scores(scores(stepper.train_model, prepared), prepared, stepper.context)
+    stepper.task.model.train()
+    if not session.strategy.is_main:
+        return {}
+    reloaded = load_reward_model(output_dir, session)
+    with torch.no_grad():
         got = reloaded(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1)
-    trained.train()
     gap = float((expected - got.float()).abs().max())
     if gap > SCORE_TOLERANCE:
         raise EngineError(f"The saved reward model in {output_dir} does not reproduce the trained scores (largest "

@@ -18,6 +18,7 @@ from typing import Any
 from assistant.i18n import t
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
+from engine.resources import resource_dir
 
 STAGE = "data"
 
@@ -35,7 +36,7 @@ class DatasetRow:
     note: str = ""
 
 
-BUNDLED_DATA = Path(__file__).resolve().parents[3] / "data"
+BUNDLED_DATA = resource_dir("data")
 
 
 def default_dir(configured: str = "data") -> str:
