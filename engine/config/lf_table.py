@@ -12,7 +12,7 @@ from engine.config.lf_keys import ALL, EXPORT, INFER, TRAIN, Rule, refused, refu
 
 TRAIN_INFER = frozenset({TRAIN, INFER})
 _LOW_MEMORY = "use finetuning_type: lora (or freeze) for low-memory training"
-_ADAMW = "lf-assistant trains with AdamW"
+_ADAMW = "use optim: adamw_torch, adafactor, sgd, ... (Transformers' optimizers)"
 _MULTI_GPU = "use fsdp: full_shard, deepspeed: FILE or cp_size for several GPUs"
 _PREDICT = "use `lf-assistant chat INFER.yaml --prompts FILE --out OUT.jsonl` to generate answers for a prompt list"
 _V1 = "LLaMA-Factory v1's config format"
@@ -31,7 +31,7 @@ LF_KEYS: dict[str, Rule] = {
     **refused("Transformers' GaLore/APOLLO optimizer targets", _ADAMW, optim_target_modules=None),
     **refused("LLaMA-Factory's Adam-mini optimizer", _ADAMW, use_adam_mini=False),
     **refused("LLaMA-Factory's Muon optimizer", _ADAMW, use_muon=False),
-    **refused("the legacy Adafactor switch", _ADAMW, adafactor=False),
+    **refused("the legacy Adafactor switch", "use optim: adafactor", adafactor=False),
     **refused("LLaMA-Factory's DFT loss", "lf-assistant's SFT loss is the token cross-entropy", use_dft_loss=False),
     **refused("LLaMA-Factory's ASFT loss", "lf-assistant's SFT loss is the token cross-entropy",
               use_asft_loss=False, asft_alpha=0.1),
@@ -44,8 +44,6 @@ LF_KEYS: dict[str, Rule] = {
               oft_block_size=32, oft_target="all"),
     **refused("LLaMA-Factory's PiSSA initialization", "use finetuning_type: lora (standard initialization)",
               pissa_init=False, pissa_iter=16, pissa_convert=False),
-    **refused("LLaMA-Factory's LoRA+ (a larger learning rate for LoRA's B matrix)",
-              "one learning_rate trains both LoRA matrices", loraplus_lr_ratio=None, loraplus_lr_embedding=1e-6),
     **refused("rank-stabilized LoRA (rsLoRA)", "scale the adapters with lora_alpha", use_rslora=False),
     **refused("weight-decomposed LoRA (DoRA)", "use finetuning_type: lora", use_dora=False),
     **refused("LoRA with extra fully trained modules", "use finetuning_type: full or freeze to train those modules",
@@ -147,10 +145,6 @@ LF_KEYS: dict[str, Rule] = {
     **refused("label smoothing", None, label_smoothing_factor=0.0),
     **refused("NEFTune embedding noise", None, neftune_noise_alpha=None),
     **refused("automatic batch size search", "set per_device_train_batch_size", auto_find_batch_size=False),
-    **refused("extra schedule arguments", "use lr_scheduler_type, warmup_steps or warmup_ratio",
-              lr_scheduler_kwargs=None),
-    **refused("extra optimizer arguments", "use weight_decay, adam_beta1, adam_beta2 and adam_epsilon",
-              optim_args=None),
     **refused("per-device loss averaging", "the loss is averaged over every trained token of the step",
               average_tokens_across_devices=True),
     **refused("resuming without skipping the data already seen", None, ignore_data_skip=False),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.fields import internal, opt
+from engine.config.choices import OPTIMIZERS, REFUSED_OPTIMIZERS, REFUSED_SCHEDULES, SCHEDULES
 
 BIG = 10**9  # a generous cap on step and row counts: far beyond any real run, far below what breaks arithmetic
 
@@ -143,17 +144,25 @@ class TrainConfig:
     num_train_epochs: float = opt(3.0, "Passes over the data (ignored when max_steps > 0).", ge=0, le=10**6)
     max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: use num_train_epochs).", ge=-1, le=BIG)
     lr_scheduler_type: str = opt(
-        "cosine", "Learning-rate schedule after warmup.",
-        choices=("cosine", "linear", "constant", "constant_with_warmup"),
-        choices_note="Other Transformers schedules (cosine_with_restarts, polynomial, inverse_sqrt, ...) are not "
-        "implemented.")
+        "cosine", "Learning-rate schedule (Transformers' names; warmup from 0, then the schedule).",
+        choices=SCHEDULES, refused=REFUSED_SCHEDULES)
+    lr_scheduler_kwargs: Any = opt(
+        None, "The schedule's own arguments, as in Transformers: num_cycles, min_lr / min_lr_rate, lr_end, power, "
+        "timescale, num_stable_steps, num_decay_steps, warmup_type, decay_type, min_lr_ratio.")
     warmup_ratio: float = opt(0.0, "Share of steps spent warming up.", ge=0, lt=1)
     warmup_steps: int = opt(0, "Warmup steps (overrides warmup_ratio when > 0).", ge=0, le=BIG)
     optim: str = opt(
-        "adamw_torch_fused", "Optimizer: AdamW (adamw_torch and adamw_torch_fused name the same update).",
-        choices=("adamw_torch", "adamw_torch_fused"),
-        choices_note="lf-assistant trains with AdamW; other optimizers (adafactor, 8-bit or paged AdamW, SGD, "
-        "GaLore, ...) are not supported.")
+        "adamw_torch_fused", "Optimizer, as Transformers names it: adamw_torch, adamw_torch_fused (same update, "
+        "one fused kernel), adafactor, sgd, adagrad, rmsprop; on a CUDA GPU also bitsandbytes' adamw_8bit, "
+        "paged_adamw_8bit, lion_8bit, ...", choices=OPTIMIZERS, refused=REFUSED_OPTIMIZERS)
+    optim_args: str | None = opt(
+        None, "Extra optimizer arguments as key=value pairs (sgd: momentum, nesterov; rmsprop: alpha, centered; "
+        "...), as Transformers reads them.")
+    loraplus_lr_ratio: float | None = opt(
+        None, "LoRA+: LoRA's B matrices (and 1-D parameters) train at learning_rate x this ratio (LLaMA-Factory's "
+        "LoRA+; 16 is usual). Empty: off.", section="method", gt=0, le=1e6)
+    loraplus_lr_embedding: float = opt(
+        1e-6, "LoRA+: learning rate of embedding adapters' B matrices.", section="method", gt=0, le=10)
     weight_decay: float = opt(0.0, "AdamW weight decay.", ge=0, le=10)
     adam_beta1: float = opt(0.9, "AdamW beta1.", ge=0, lt=1)
     adam_beta2: float = opt(0.999, "AdamW beta2.", ge=0, lt=1)

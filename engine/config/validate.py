@@ -60,6 +60,17 @@ def _method_problems(c: TrainConfig) -> list[str]:
     from engine.trackers import missing_packages
 
     problems += missing_packages(c.report_to)
+    return problems + _optimizer_problems(c)
+
+
+def _optimizer_problems(c: TrainConfig) -> list[str]:
+    from engine.config.choices import optimizer_problems, schedule_problems
+
+    problems = optimizer_problems(c) + schedule_problems(c.lr_scheduler_type, c.lr_scheduler_kwargs,
+                                                         c.learning_rate)
+    if c.loraplus_lr_ratio is not None and c.finetuning_type not in ("lora", "qlora"):
+        problems.append(f"loraplus_lr_ratio only applies to LoRA (finetuning_type is {c.finetuning_type}); remove "
+                        "it or use finetuning_type: lora.")
     return problems
 
 
@@ -223,6 +234,9 @@ def warnings(config: TrainConfig) -> list[str]:
         warning = lora_rank_warning(config.model_name_or_path, config.lora_target, config.lora_rank)
         if warning:
             out.append(warning)
+    if config.lr_scheduler_type == "constant" and (config.warmup_steps > 0 or config.warmup_ratio > 0):
+        out.append("lr_scheduler_type: constant ignores warmup (as in Transformers); use constant_with_warmup to "
+                   "warm up first.")
     if config.learning_rate > 0.01 and math.isfinite(config.learning_rate):
         out.append(f"learning_rate {config.learning_rate:g} is unusually high for fine-tuning (1e-5 to 5e-4 is usual); "
                    "the loss may diverge.")

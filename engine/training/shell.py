@@ -77,9 +77,10 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     # 2. Steps planned on this rank's share of the data; optimizer and schedule over them.
     plan = StepPlan.build(config, task, strategy)
     params = [p for p in task.model.parameters() if p.requires_grad]
-    optimizer = strategy.wrap_optimizer(build_optimizer(config, params))
+    optimizer = strategy.wrap_optimizer(build_optimizer(config, task.model))
     scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
-                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio))
+                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio),
+                                config.lr_scheduler_kwargs, config.learning_rate)
     scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
     stepper = Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
 

@@ -77,7 +77,7 @@ def test_double_quantization_follows_llamafactory():
 def test_model_features_are_refused_for_chat_too():
     from engine.inference import load_infer_config
 
-    for key, value in (("rope_scaling", "linear"), ("enable_thinking", False), ("image_max_pixels", 1024)):
+    for key, value in (("rope_scaling", "linear"), ("adapter_folder", "sub"), ("image_max_pixels", 1024)):
         assert LF_KEYS[key].scope == ALL
         with pytest.raises(ConfigError, match=f"`{key}"):
             load_infer_config({"model_name_or_path": "m", key: value})
