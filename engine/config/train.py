@@ -25,7 +25,8 @@ class TrainConfig:
         None, "Base model: a local folder or a hub id. Empty means the built-in demo model (lf-tiny-qwen3).",
         section="model")
     adapter_name_or_path: str | None = opt(
-        None, "An existing LoRA adapter to continue training from (folder).", section="model")
+        None, "Existing LoRA adapter folder(s), comma-separated: all but the last are merged into the base, the last "
+        "trains on (create_new_adapter: all merged, a new one trains).", section="model")
     trust_remote_code: bool = opt(
         False, "Run Python code shipped inside the model folder. Only with your explicit consent.", section="model")
     template: str | None = opt(
@@ -36,6 +37,30 @@ class TrainConfig:
         "bnb", "Quantization backend.", choices=("bnb",), section="model",
         choices_note="lf-assistant quantizes on the fly with bitsandbytes (quantization_bit: 4 or 8); LLaMA-Factory's "
         "pre-quantized methods (gptq, awq, aqlm, quanto, eetq, hqq, mxfp4, fp8) are not supported.")
+    quantization_type: str = opt(
+        "nf4", "QLoRA: the 4-bit data type (nf4 or fp4), as bitsandbytes names it.", choices=("nf4", "fp4"),
+        section="model")
+    double_quantization: bool = opt(
+        True, "QLoRA: also quantize the quantization constants (bitsandbytes' double quantization).",
+        section="model")
+    rope_scaling: str | None = opt(
+        None, "Stretch RoPE for a cutoff_len beyond the model's context: linear, dynamic, yarn or llama3, factor "
+        "ceil(cutoff_len / context), as LLaMA-Factory applies it. Nothing changes when cutoff_len fits.",
+        choices=("linear", "dynamic", "yarn", "llama3"), section="model")
+    resize_vocab: bool = opt(
+        False, "Grow the embeddings to the tokenizer's size when it is larger (new rows: the mean plus noise); "
+        "LoRA then also trains the embeddings unless additional_target names other modules.", section="model")
+    flash_attn: str = opt(
+        "auto", "Attention kernel: auto (lf-assistant picks), sdpa, disabled (eager), fa2 / fa3 (FlashAttention, "
+        "CUDA with the flash-attn package; elsewhere the run falls back to auto and says so, as LLaMA-Factory "
+        "does).", choices=("auto", "sdpa", "disabled", "eager", "fa2", "fa3", "flash_attention_2",
+                           "flash_attention_3"), section="model")
+    model_revision: str = opt(
+        "main", "Hub revision (branch, tag or commit) of a hub-id model_name_or_path; ignored for local folders.",
+        section="model")
+    cache_dir: str | None = opt(
+        None, "Where hub downloads (models and datasets) are kept. Empty: the Hugging Face / ModelScope caches.",
+        section="model")
     kernel_config: Any = opt(
         None, "Fused kernels: auto | none | comma list (rms_norm,swiglu,rope,cross_entropy,fused_linear_ce,"
         "gated_delta_rule).", section="model")
@@ -62,6 +87,26 @@ class TrainConfig:
         2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method",
         ge=-100_000, le=100_000)
     freeze_trainable_modules: str = opt("all", "Freeze: which modules inside the trained layers.", section="method")
+    freeze_extra_modules: str | None = opt(
+        None, "Freeze: modules outside the decoder layers that train too (embed_tokens, norm, lm_head, ...); as in "
+        "LLaMA-Factory, every parameter whose name contains one of them.", section="method")
+    use_rslora: bool = opt(False, "LoRA: rank-stabilized scaling, alpha / sqrt(rank) instead of alpha / rank.",
+                           section="method")
+    use_dora: bool = opt(False, "LoRA: DoRA, a trained magnitude vector per adapted layer (weight-decomposed "
+                         "LoRA; slower).", section="method")
+    pissa_init: bool = opt(
+        False, "LoRA: PiSSA, adapters initialised from each weight's principal singular vectors. The result is "
+        "converted to a plain LoRA of the original base (rank doubled) so chat and export load it exactly.",
+        section="method")
+    pissa_iter: int = opt(16, "PiSSA: fast-SVD iterations (-1: exact SVD).", section="method", ge=-1, le=10_000)
+    pissa_convert: bool = opt(False, "PiSSA: also keep the converted adapter in pissa_converted/ (LLaMA-Factory's "
+                              "folder).", section="method")
+    additional_target: str | None = opt(
+        None, "LoRA: modules trained in full beside the adapters and saved with them (e.g. embed_tokens,lm_head).",
+        section="method")
+    create_new_adapter: bool = opt(
+        False, "LoRA with adapter_name_or_path: merge the given adapter(s) into the base and start a new adapter "
+        "(otherwise every one but the last is merged and the last trains on).", section="method")
     pref_beta: float = opt(0.1, "DPO/KTO: the beta (inverse temperature) of the preference loss; ORPO: the weight of "
                            "its odds-ratio term.", section="method", gt=0, le=1000)
     pref_loss: str = opt(

@@ -60,7 +60,9 @@ def _method_problems(c: TrainConfig) -> list[str]:
     from engine.trackers import missing_packages
 
     problems += missing_packages(c.report_to)
-    return problems + _optimizer_problems(c)
+    from engine.config.method_check import method_problems
+
+    return problems + _optimizer_problems(c) + method_problems(c)
 
 
 def _optimizer_problems(c: TrainConfig) -> list[str]:
@@ -189,8 +191,11 @@ def _model_problems(c: TrainConfig) -> list[str]:
                             "Remove quantization_bit to train plain LoRA on CPU.")
         elif importlib.util.find_spec("bitsandbytes") is None:
             problems.append("quantization_bit needs bitsandbytes: `pip install 'lf-assistant[bnb]'`.")
-    if c.finetuning_type in ("lora", "qlora") and not c.adapter_name_or_path:
-        problems += lora_target_problems(model, c.lora_target)
+    if c.finetuning_type in ("lora", "qlora") and (not c.adapter_name_or_path or c.create_new_adapter):
+        from engine.config.method_check import additional_target_problems
+
+        problems += lora_target_problems(model, c.lora_target) + additional_target_problems(model,
+                                                                                             c.additional_target)
     return problems
 
 
@@ -234,6 +239,9 @@ def warnings(config: TrainConfig) -> list[str]:
         warning = lora_rank_warning(config.model_name_or_path, config.lora_target, config.lora_rank)
         if warning:
             out.append(warning)
+    from engine.config.method_check import method_warnings
+
+    out += method_warnings(config)
     if config.lr_scheduler_type == "constant" and (config.warmup_steps > 0 or config.warmup_ratio > 0):
         out.append("lr_scheduler_type: constant ignores warmup (as in Transformers); use constant_with_warmup to "
                    "warm up first.")

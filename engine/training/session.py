@@ -41,7 +41,8 @@ class Session:
         precision = choose_precision(config)
         if precision.note:
             logger.note(precision.note)
-        tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code)
+        tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code,
+                                   revision=config.model_revision, cache_dir=config.cache_dir)
         template = resolve_template(config, model_path, tokenizer)
         logger.info(f"stage {config.stage} | model {model_path} | template {template.name} | method {config.method} "
                     f"| device {precision.device} | precision {precision.autocast_dtype or torch.float32}")
@@ -91,11 +92,17 @@ class Session:
         """The base model on the device, with the configured kernels patched in (no method applied yet).
         ``head="score"`` loads it with a fresh one-output score head instead of the LM head (a reward model)."""
         from engine.models.loading import load_model
+        from engine.models.options import LoadOptions, resize_embeddings
 
-        config = self.config
+        config, notes = self.config, []
         model = load_model(self.model_path, dtype="float32" if self.precision.autocast_dtype is None else "auto",
                            device=str(self.device), trust_remote_code=config.trust_remote_code,
-                           quantization_bit=config.quantization_bit, head=head)
+                           quantization_bit=config.quantization_bit, head=head,
+                           options=LoadOptions.from_config(config), notes=notes)
+        if config.resize_vocab:
+            notes.append(resize_embeddings(model, self.tokenizer))
+        for note in notes:
+            self.logger.info(note)
         if config.kernel_config not in (None, "none"):
             from engine.kernels.patch import apply_kernels
 
@@ -106,6 +113,12 @@ class Session:
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """Apply the fine-tuning method, gradient checkpointing and training mode; log what trains."""
+        if self.config.finetuning_type == "freeze":
+            from engine.methods.freeze import layer_note
+
+            note = layer_note(model.config.num_hidden_layers, self.config.freeze_trainable_layers)
+            if note:
+                self.logger.note(note)
         model = self.method.prepare(model, self.config).to(self.device)
         if self.config.gradient_checkpointing:
             model.gradient_checkpointing_enable()

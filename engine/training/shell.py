@@ -93,6 +93,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         logger.info(f"resumed from {resume_from} at step {position.step}")
     elif config.resume_from_checkpoint:
         logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
+    if strategy.is_main:
+        _note(logger, session.method.begin(task.model, config, output_dir, resumed=bool(resume_from)))
     logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps,
                   output_dir=str(output_dir), template=session.template.name, base_model=session.model_path,
                   device=str(session.device), parallel=strategy.name, world_size=strategy.world_size)
@@ -160,6 +162,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     final = _final_metrics(metrics, task)
     if task.closing:
         final.update(task.closing(output_dir))
+    _note(logger, session.method.end(task.model, config, output_dir))
     losses = [m["loss"] for m in metrics if m.get("loss") is not None]
     logger.event("completed", step=step, output_dir=str(output_dir))
     figures = "".join(f", {key} {value:.4f}" for key, value in final.items())
@@ -167,6 +170,11 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
                 f"output in {output_dir}")
     return finish(run, logger, RunState.COMPLETED, step, "completed", final_loss=losses[-1] if losses else None,
                   final_metrics=final, train_runtime_s=train_runtime)
+
+
+def _note(logger: RunLogger, note: str | None) -> None:
+    if note:
+        logger.info(note)
 
 
 def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: str, **fields) -> RunStatus:
