@@ -113,12 +113,9 @@ LF_KEYS: dict[str, Rule] = {
     **refused("a hub revision other than main outside training", "download that revision into a folder and give "
               "its path", scope=frozenset({INFER, EXPORT}), model_revision="main"),
     # --- data and templates
-    **refused("LLaMA-Factory's dataset streaming", "datasets are read into memory; use max_samples to cap the rows",
+    **refused("LLaMA-Factory's dataset streaming (rows read lazily while training)", "datasets are read into "
+              "memory: remove streaming (use max_samples to cap the rows, tokenized_path to tokenize once)",
               streaming=False),
-    **refused("interleaved dataset mixing", "datasets are concatenated in the order given; use max_samples to "
-              "balance them", mix_strategy="concat", interleave_probs=None),
-    **refused("LLaMA-Factory's saved tokenized datasets", "datasets named in dataset are tokenized on each run",
-              tokenized_path=None),
     **refused("training on padding tokens", None, ignore_pad_token_for_loss=True),
     **refused("training without shuffling", None, disable_shuffling=False),
     **refused("a data-order seed apart from seed", "seed sets the data order too", data_seed=None),

@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.config.fields import internal, opt
 from engine.config.choices import OPTIMIZERS, REFUSED_OPTIMIZERS, REFUSED_SCHEDULES, SCHEDULES
+from engine.data.mixing import MIX_STRATEGIES
 
 BIG = 10**9  # a generous cap on step and row counts: far beyond any real run, far below what breaks arithmetic
 
@@ -134,6 +135,16 @@ class TrainConfig:
                           ge=1, le=1 << 20)
     max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset",
                                   ge=1, le=BIG)
+    mix_strategy: str = opt(
+        "concat", "How several datasets are mixed: concat (in order), interleave_under (alternate until the first "
+        "runs out), interleave_over (until the last runs out; shorter ones repeat), interleave_once (every row "
+        "once); as datasets.interleave_datasets does with the seed.", choices=MIX_STRATEGIES, section="dataset")
+    interleave_probs: str | None = opt(
+        None, "Interleaving: the probability of drawing from each dataset (comma-separated, one per dataset, sum "
+        "1). Empty: the datasets alternate.", section="dataset", multi=True)
+    tokenized_path: str | None = opt(
+        None, "A folder for the tokenized data: written on the first run, which then stops (as LLaMA-Factory's "
+        "preprocessing); read instead of the datasets by the runs after it.", section="dataset")
     train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
     mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
     default_system: str | None = opt(
@@ -232,7 +243,8 @@ class TrainConfig:
         None, "Processes per node (several devices, or N CPU processes for testing). Empty: from the GPU choice.",
         ge=1, le=1024)
     fsdp: str | None = opt(
-        None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted).")
+        None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted, as a string "
+        "or a list such as [full_shard, auto_wrap]).", multi=True)
 
     # Set by the loader, not YAML keys.
     config_dir: str | None = internal()

@@ -98,6 +98,13 @@ def _deepspeed_problems(c: TrainConfig) -> list[str]:
 
 
 def _data_problems(c: TrainConfig) -> list[str]:
+    from engine.data.tokenized import has_tokenized, tokenized_path_problem
+
+    problem = tokenized_path_problem(c.tokenized_path)
+    if problem:
+        return [problem]
+    if c.tokenized_path and has_tokenized(c.tokenized_path):
+        return []  # the saved samples are read; the dataset keys are not (as in LLaMA-Factory)
     if not c.dataset:
         return ["dataset is empty: name one or more datasets from dataset_info.json (for example identity)."]
     from engine.config.paths import dataset_dir_of
@@ -108,9 +115,11 @@ def _data_problems(c: TrainConfig) -> list[str]:
     except EngineError as exc:
         return [str(exc)]
     names = [n.strip() for n in c.dataset.split(",") if n.strip()]
-    if c.eval_dataset:
-        names += [n.strip() for n in c.eval_dataset.split(",") if n.strip()]
-    problems = []
+    eval_names = [n.strip() for n in (c.eval_dataset or "").split(",") if n.strip()]
+    from engine.data.mixing import mix_problems
+
+    problems = mix_problems(c.mix_strategy, c.interleave_probs, len(names), len(eval_names))
+    names += eval_names
     for name in names:
         try:
             spec = get_dataset_spec(name, dataset_dir)

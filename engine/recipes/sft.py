@@ -29,13 +29,17 @@ def setup(session: Session) -> Task:
                                  config.cutoff_len, train_on_prompt=config.train_on_prompt,
                                  mask_history=config.mask_history)
 
-    samples = encode(config.dataset)
-    if not samples:
-        raise EngineError("No sample has a trained token after encoding: check cutoff_len and the data's answers.")
-    train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_samples = encode(config.eval_dataset)
-    logger.info(f"data: {len(samples)} samples -> {len(train_samples)} train / {len(eval_samples)} eval")
+    def data() -> tuple[list[dict], list[dict]]:
+        samples = encode(config.dataset)
+        if not samples:
+            raise EngineError("No sample has a trained token after encoding: check cutoff_len and the data's answers.")
+        train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
+        if config.eval_dataset:
+            eval_samples = encode(config.eval_dataset)
+        logger.info(f"data: {len(samples)} samples -> {len(train_samples)} train / {len(eval_samples)} eval")
+        return train_samples, eval_samples
+
+    train_samples, eval_samples = session.tokenized(data)  # or read from / saved to tokenized_path
 
     # 2. The model with the method applied.
     model = session.load_policy()

@@ -58,15 +58,45 @@ class Session:
 
         return dataset_dir_of(self.config)
 
+    def data_options(self) -> dict:
+        """How the named datasets are read and mixed (as LLaMA-Factory: per-dataset max_samples, then the mix)."""
+        c = self.config
+        return {"max_samples": c.max_samples, "mix_strategy": c.mix_strategy, "interleave_probs": c.interleave_probs,
+                "seed": c.seed, "cache_dir": c.cache_dir}
+
+    def tokenized(self, build) -> tuple[list[dict], list[dict]]:
+        """The (train, eval) samples ``build()`` encodes, or those saved in tokenized_path. A tokenized_path without
+        saved data is filled with them, and the run ends there (TokenizedDataSaved), as LLaMA-Factory's
+        preprocessing run does; the next run with the same config trains on them."""
+        path, logger = self.config.tokenized_path, self.logger
+        if not path:
+            return build()
+        from engine.data.tokenized import TokenizedDataSaved, has_tokenized, load_tokenized, save_tokenized
+
+        if has_tokenized(path):
+            train, evaluation = load_tokenized(path, self.config.stage)
+            logger.info(f"data: {len(train)} train / {len(evaluation)} eval samples read from tokenized_path {path}; "
+                        "the dataset keys are not read (as in LLaMA-Factory)")
+            return train, evaluation
+        train, evaluation = build()
+        if self.strategy.is_main:
+            c = self.config
+            save_tokenized(path, train, evaluation, {"stage": c.stage, "template": self.template.name,
+                                                     "cutoff_len": c.cutoff_len, "dataset": c.dataset,
+                                                     "eval_dataset": c.eval_dataset, "model": self.model_path})
+        raise TokenizedDataSaved(f"Tokenized data saved at {path} ({len(train)} train / {len(evaluation)} eval "
+                                 "samples); this run stops here, as LLaMA-Factory's preprocessing does. Launch the "
+                                 f"training with tokenized_path: {path} (this config trains on it now).")
+
     def load_examples(self, names: str, **kwargs) -> list[dict]:
         from engine.data import load_examples
 
-        return load_examples(names, self.dataset_dir(), max_samples=self.config.max_samples, **kwargs)
+        return load_examples(names, self.dataset_dir(), **self.data_options(), **kwargs)
 
     def load_texts(self, names: str) -> list[str]:
         from engine.data import load_texts
 
-        return load_texts(names, self.dataset_dir(), max_samples=self.config.max_samples)
+        return load_texts(names, self.dataset_dir(), **self.data_options())
 
     def preference_pairs(self, names: str) -> list[dict]:
         """Encoded pairs with a trained token on both answers; dropped and identical pairs are reported."""

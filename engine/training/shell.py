@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.config import TrainConfig, validate
+from engine.data.tokenized import TokenizedDataSaved
 from engine.errors import ConfigError, EngineError
 from engine.parallel import setup_strategy
 from engine.runstatus import RunState, RunStatus
@@ -61,7 +62,12 @@ def train(config: TrainConfig, run: RunDir, setup, *, on_log=None, stop: StopFla
 def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger, stop: StopFlag) -> RunStatus:
     # 1. The stage's data, model(s) and loss; resumed weights go in before wrapping (FSDP2 shards them).
     session = Session.open(config, run, strategy, logger)
-    task = setup(session)
+    try:
+        task = setup(session)
+    except TokenizedDataSaved as saved:  # a preprocessing run: the data is the result
+        logger.event("tokenized_saved", path=str(config.tokenized_path))
+        logger.info(str(saved))
+        return finish(run, logger, RunState.COMPLETED, 0, str(saved))
     output_dir = Path(config.output_dir)
     if strategy.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
