@@ -38,6 +38,35 @@ def method_problems(c) -> list[str]:
                             "others first (`lf-assistant export`).")
     if c.pissa_init:
         problems += _pissa_problems(c)
+    return problems + _packing_problems(c)
+
+
+def packing_in_use(c) -> str:
+    """Which packing a config trains with, in words (`train --check` and the wizard's config table show it)."""
+    if c.stage == "sft" and c.packing_enabled:
+        within = "stays within each sample" if c.neat_packing else "spans the samples of a row"
+        return (f"LLaMA-Factory's {'neat_packing' if c.neat_packing else 'packing'}: samples packed into rows of up "
+                f"to cutoff_len tokens, rows batched (fewer steps per epoch); attention {within}")
+    if c.stage == "pt" and c.packing_enabled:
+        return "LLaMA-Factory's pre-training packing: the texts concatenated and cut into rows of cutoff_len tokens"
+    if c.batching_strategy == "packed":
+        return ("lf-assistant's batching_strategy: packed: each micro-batch as one padding-free row (the steps of "
+                "padded batches), attention within each sample")
+    return f"none (batching_strategy: {c.batching_strategy})"
+
+
+def _packing_problems(c) -> list[str]:
+    """packing / neat_packing are LLaMA-Factory's (SFT rows of cutoff_len); batching_strategy is lf-assistant's."""
+    problems = []
+    if c.neat_packing and c.stage != "sft":
+        problems.append(f"neat_packing only applies to stage sft (stage is {c.stage}), as in LLaMA-Factory.")
+    if c.stage == "sft" and c.packing_enabled and c.batching_strategy != "padded":
+        problems.append(f"packing is LLaMA-Factory's packing (samples packed into rows of cutoff_len, fewer steps) "
+                        f"and batching_strategy: {c.batching_strategy} is lf-assistant's own batching; keep one "
+                        "(batching_strategy: packed packs each micro-batch and keeps the steps of padded batches).")
+    if c.stage == "sft" and c.packing_enabled and not c.neat_packing and c.cp_size > 1:
+        problems.append("packing (attention across the samples of a row) does not combine with cp_size > 1; use "
+                        "neat_packing: true or batching_strategy: packed with sequence parallelism.")
     return problems
 
 

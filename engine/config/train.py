@@ -167,12 +167,17 @@ class TrainConfig:
     val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset",
                           ge=0, le=BIG)
     packing: bool | None = opt(
-        None, "Pack several samples into one row (no padding). Empty: on for stage pt, off otherwise, as in "
-        "LLaMA-Factory.", section="dataset")
-    neat_packing: bool = opt(False, "Packing without cross-sample attention.", section="dataset")
-    batching_strategy: str = opt(
-        "padded", "How micro-batches are built.", choices=("padded", "bucketed", "packed", "dynamic"),
+        None, "LLaMA-Factory's packing: SFT samples packed into rows of up to cutoff_len tokens, attention across "
+        "a row's samples, per_device_train_batch_size rows per micro-batch (so fewer steps per epoch); pre-training "
+        "text cut into cutoff_len rows. Empty: on for stage pt, off otherwise, as in LLaMA-Factory.",
         section="dataset")
+    neat_packing: bool = opt(False, "LLaMA-Factory's packing without attention across samples (SFT).",
+                             section="dataset")
+    batching_strategy: str = opt(
+        "padded", "lf-assistant's batching: padded; bucketed (similar lengths together); packed (each micro-batch "
+        "as one padding-free row, the same steps as padded, attention within each sample); dynamic (micro-batches "
+        "filled to a token budget). Not to combine with LLaMA-Factory's packing.",
+        choices=("padded", "bucketed", "packed", "dynamic"), section="dataset")
 
     # --- output
     output_dir: str | None = opt(

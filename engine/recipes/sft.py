@@ -24,9 +24,12 @@ def setup(session: Session) -> Task:
     config, logger = session.config, session.logger
 
     # 1. Data: conversations encoded with the template, a share held out for the eval loss.
+    # LLaMA-Factory's packing encodes to cutoff_len - 1 and fills rows up to that (engine.training.batching).
+    cutoff_len = config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
+
     def encode(names: str) -> list[dict]:
         return encode_supervised(session.load_examples(names), session.tokenizer, session.template,
-                                 config.cutoff_len, train_on_prompt=config.train_on_prompt,
+                                 cutoff_len, train_on_prompt=config.train_on_prompt,
                                  mask_history=config.mask_history)
 
     def data() -> tuple[list[dict], list[dict]]:

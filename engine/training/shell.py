@@ -238,7 +238,8 @@ class StepPlan:
             batcher = PaddedBatcher(task.train_samples, task.collate, config.per_device_train_batch_size,
                                     config.gradient_accumulation_steps, config.seed)
         else:
-            batcher = build_batcher(config, task.train_samples, task.collate)
+            batcher = build_batcher(config, task.train_samples, task.collate,
+                                    pad_token_id=getattr(task.collate, "pad_token_id", None))
         per_epoch = len(strategy.shard_groups(batcher.groups(0)))  # this rank's steps: the global batch is split
         if per_epoch == 0:
             raise EngineError("No training step can be formed from the data: it has no sample left after encoding.")
