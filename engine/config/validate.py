@@ -108,7 +108,7 @@ def _data_problems(c: TrainConfig) -> list[str]:
     if not c.dataset:
         return ["dataset is empty: name one or more datasets from dataset_info.json (for example identity)."]
     from engine.config.paths import dataset_dir_of
-    from engine.data.registry import dataset_file_path, get_dataset_spec
+    from engine.data.registry import get_dataset_spec
 
     try:
         dataset_dir = dataset_dir_of(c)
@@ -123,20 +123,36 @@ def _data_problems(c: TrainConfig) -> list[str]:
     for name in names:
         try:
             spec = get_dataset_spec(name, dataset_dir)
-            if spec.file_name:
-                dataset_file_path(spec, dataset_dir)
+            _dataset_source_problem(spec, dataset_dir, c.cache_dir)
         except EngineError as exc:
             problems.append(str(exc))
             continue
-        if spec.file_name:
-            try:
-                dataset_file_path(spec, dataset_dir)
-            except EngineError as exc:
-                problems.append(str(exc))
         problem = _stage_data_problem(c.stage, name, spec)
         if problem:
             problems.append(problem)
     return problems
+
+
+def _dataset_source_problem(spec, dataset_dir, cache_dir) -> None:
+    """Raise what stops a dataset from being read here: a missing file, a multimodal or unreadable hub entry, or a
+    hub dataset that is neither cached nor downloadable (offline). A hub dataset that only needs a download is no
+    problem: training downloads it (`train --check` lists it)."""
+    from engine.data.formats import require_supported
+    from engine.data.registry import dataset_file_path
+
+    require_supported(spec)
+    if spec.is_local:
+        dataset_file_path(spec, dataset_dir)
+        return
+    from engine.data.hub import hub_dataset, is_cached, snapshot_dir
+    from engine.errors import DataError
+    from engine.models.download import is_offline
+
+    ref = hub_dataset(spec)
+    if ref.source != "script" and is_offline() and not is_cached(ref, cache_dir):
+        raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) needs a download and HF_HUB_OFFLINE is set: "
+                        f"it is not in the cache ({snapshot_dir(ref, cache_dir)}). Download it where there is network "
+                        f"(`lf-assistant data download {spec.name}`), or put the file in dataset_dir.")
 
 
 # What each stage reads: preference pairs, KTO-labelled answers, raw text, or conversations.
@@ -258,3 +274,44 @@ def warnings(config: TrainConfig) -> list[str]:
         out.append(f"learning_rate {config.learning_rate:g} is unusually high for fine-tuning (1e-5 to 5e-4 is usual); "
                    "the loss may diverge.")
     return out
+
+
+def check_notes(config: TrainConfig) -> list[str]:
+    """What `train --check` tells besides problems: which packing trains, where tokenized data comes from, and
+    which hub datasets need a download (and whether they are cached)."""
+    from engine.config.method_check import packing_in_use
+
+    notes = [f"packing: {packing_in_use(config)}"]
+    from engine.data.tokenized import describe, has_tokenized
+
+    if config.tokenized_path:
+        if has_tokenized(config.tokenized_path):
+            saved = describe(config.tokenized_path)
+            notes.append(f"tokenized_path: trains on the samples saved in {config.tokenized_path} "
+                         f"({saved.get('train', '?')} train / {saved.get('eval', '?')} eval); dataset is not read")
+        else:
+            notes.append(f"tokenized_path: this run tokenizes into {config.tokenized_path} and stops there "
+                         "(LLaMA-Factory's preprocessing); the next run trains on it")
+    return notes + dataset_source_notes(config)
+
+
+def dataset_source_notes(config: TrainConfig) -> list[str]:
+    """One line per hub (or script_url) dataset the config names: where it comes from, downloaded or not."""
+    from engine.config.paths import dataset_dir_of
+    from engine.data.hub import download_status
+    from engine.data.registry import get_dataset_spec
+
+    try:
+        dataset_dir = dataset_dir_of(config)
+    except EngineError:
+        return []
+    names = [n.strip() for n in f"{config.dataset or ''},{config.eval_dataset or ''}".split(",") if n.strip()]
+    notes = []
+    for name in dict.fromkeys(names):
+        try:
+            spec = get_dataset_spec(name, dataset_dir)
+        except EngineError:
+            continue
+        if not spec.is_local:
+            notes.append(f"dataset {download_status(spec, config.cache_dir)}")
+    return notes

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from engine.config import TrainConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, DataError, EngineError
 from engine.methods import Method, count_parameters, get_method
 from engine.rundir import RunDir
 from engine.training.loop import RunLogger
@@ -88,14 +88,38 @@ class Session:
                                  "samples); this run stops here, as LLaMA-Factory's preprocessing does. Launch the "
                                  f"training with tokenized_path: {path} (this config trains on it now).")
 
+    def fetch_hub_datasets(self, names: str) -> None:
+        """Download the named hub datasets the cache lacks (the main process; the others wait), as LLaMA-Factory
+        downloads them when it loads them."""
+        from engine.data.loader import split_names
+        from engine.data.registry import get_dataset_spec
+
+        specs = [get_dataset_spec(name, self.dataset_dir()) for name in split_names(names)]
+        remote = [spec for spec in specs if not spec.is_local and not spec.script_url]
+        if not remote:
+            return
+        failure = None
+        if self.strategy.is_main:
+            from engine.models.dataset_download import ensure_downloaded
+
+            try:
+                for spec in remote:
+                    ensure_downloaded(spec, self.config.cache_dir, log=self.logger.info)
+            except EngineError as exc:
+                failure = exc
+        if self.strategy.any_rank(failure is not None):
+            raise failure or DataError("A hub dataset download failed on the main process; see its log.")
+
     def load_examples(self, names: str, **kwargs) -> list[dict]:
         from engine.data import load_examples
 
+        self.fetch_hub_datasets(names)
         return load_examples(names, self.dataset_dir(), **self.data_options(), **kwargs)
 
     def load_texts(self, names: str) -> list[str]:
         from engine.data import load_texts
 
+        self.fetch_hub_datasets(names)
         return load_texts(names, self.dataset_dir(), **self.data_options())
 
     def preference_pairs(self, names: str) -> list[dict]:
