@@ -231,9 +231,10 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: b
         _emit_status(handle)
     else:
         final = status.final_loss
+        ended = f": {safe(status.exit_reason)}" if status.exit_reason and status.exit_reason != "completed" else ""
         console.print(f"[bold green]{safe(status.state)}[/]: {status.step} steps in "
                       f"{fmt_duration(status.runtime_s)}, final loss {final:.4f}" if final is not None else
-                      f"[bold]{safe(status.state)}[/]")
+                      f"[bold]{safe(status.state)}[/]{ended}", soft_wrap=True)
         console.print(f"  run folder : {safe(handle.path)}")
         console.print(f"  output     : {safe(status.output_dir)}")
         if status.loss_plot:

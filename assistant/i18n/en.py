@@ -123,7 +123,7 @@ STRINGS: dict[str, str] = {
     "data.rows": "{rows} rows",
     "data.trained": "trained",
     "data.preview": "Preview of {name} (green: what training learns)",
-    "data.hub_only": "on a hub only (offline: not usable)",
+    "data.hub_only": "on a hub: `lf-assistant data download NAME` first",
     "data.file_missing": "file missing",
     "data.preference": "preference data (DPO), not for SFT",
     "data.not_pairs": "SFT data: no chosen/rejected answers to prefer between",

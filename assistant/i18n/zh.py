@@ -123,7 +123,7 @@ STRINGS: dict[str, str] = {
     "data.rows": "{rows} 行",
     "data.trained": "训练目标",
     "data.preview": "{name} 预览（绿色：训练要学习的部分）",
-    "data.hub_only": "仅在 Hub 上（离线不可用）",
+    "data.hub_only": "在 Hub 上：先运行 `lf-assistant data download NAME`",
     "data.file_missing": "文件缺失",
     "data.preference": "偏好数据（DPO），不用于 SFT",
     "data.not_pairs": "SFT 数据：没有可比较的 chosen/rejected 回答",

@@ -117,3 +117,18 @@ def additional_target_problems(model: str | None, additional_target: str | None)
             problems.append(f"additional_target {name!r} matches no module of this model (e.g. embed_tokens, "
                             f"lm_head, norm).")
     return problems
+
+
+# What LLaMA-Factory needs to train LoRA on a pre-quantized checkpoint, by quant_method in config.json.
+PREQUANTIZED_NEEDS = {"gptq": "the gptqmodel package (with optimum)", "awq": "the autoawq package",
+                      "aqlm": "the aqlm package", "quanto": "the optimum-quanto package", "eetq": "the eetq package",
+                      "hqq": "the hqq package", "bitsandbytes": "the bitsandbytes package",
+                      "fp8": "a GPU with FP8 support", "mxfp4": "the kernels package (triton MXFP4)"}
+
+
+def prequantized_problem(model: str, method: str) -> str:
+    """Why a pre-quantized checkpoint does not train here, with what LLaMA-Factory needs for it."""
+    needs = PREQUANTIZED_NEEDS.get(method.lower(), f"the {method} quantization package")
+    return (f"model_name_or_path {model} is a pre-quantized checkpoint ({method}): LLaMA-Factory trains LoRA on it "
+            f"with {needs} on a CUDA GPU, and lf-assistant does not load pre-quantized weights. Use the model's "
+            "full-precision version (and quantization_bit: 4 for QLoRA on a CUDA GPU, quantized on the fly).")

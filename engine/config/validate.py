@@ -77,15 +77,14 @@ def _optimizer_problems(c: TrainConfig) -> list[str]:
 
 
 def _deepspeed_problems(c: TrainConfig) -> list[str]:
+    from engine.config.paths import find_relative_file
     from engine.readers import read_json
 
     problems = []
-    path = Path(c.deepspeed)
-    if not path.is_absolute() and not path.exists():
-        path = c.base_dir() / path
-    if not path.is_file():
-        problems.append(f"deepspeed: config file {clip(c.deepspeed, 200)} not found (looked in the working dir and "
-                        f"{c.base_dir()}).")
+    path = find_relative_file(c.deepspeed, c.base_dir())
+    if path is None:
+        problems.append(f"deepspeed: config file {clip(c.deepspeed, 200)} not found (looked in the working dir, "
+                        f"{c.base_dir()} and the folders above it).")
     else:
         try:
             read_json(path, what="DeepSpeed config")
@@ -205,9 +204,9 @@ def _model_problems(c: TrainConfig) -> list[str]:
 
         method = checkpoint_is_quantized(model)
         if method:
-            problems.append(f"model_name_or_path {clip(model, 200)} is a pre-quantized checkpoint "
-                            f"({clip(method, 40)}); lf-assistant trains full-precision weights (QLoRA: "
-                            "quantization_bit: 4 on the unquantized model). Use the model's full-precision version.")
+            from engine.config.method_check import prequantized_problem
+
+            problems.append(prequantized_problem(clip(model, 200), clip(method, 40)))
     if c.quantization_bit:
         from engine.models.offline import cuda_available
 

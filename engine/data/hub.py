@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from engine.data.registry import DatasetSpec
 from engine.errors import DataError
 from engine.readers import short_repr
 
+_HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
 MANIFEST = ".lfa-manifest.json"  # the name engine.models.download writes (kept equal by a test)
 SITES = {"hf": "Hugging Face", "modelscope": "ModelScope"}
 
@@ -70,7 +72,7 @@ def hub_dataset(spec: DatasetSpec) -> HubDataset:
                         "register it with file_name.")
     else:
         raise DataError(f"{where} names no hub repository and no file_name.")
-    if source != "script" and (repo.count("/") != 1 or any(part in ("", ".", "..") for part in repo.split("/"))):
+    if source != "script" and not _HUB_ID.fullmatch(repo):  # a legacy canonical dataset has no org (wiki_qa)
         raise DataError(f"{where}: {repo!r} is not a hub id of the form org/name.")
     return HubDataset(spec.name, source, repo, spec.subset, spec.split or "train", spec.folder)
 
@@ -86,8 +88,7 @@ def cache_root(cache_dir: str | None = None) -> Path:
 
 
 def snapshot_dir(ref: HubDataset, cache_dir: str | None = None) -> Path:
-    org, name = ref.repo_id.split("/")
-    return cache_root(cache_dir) / "lf-assistant" / ref.source / f"{org}--{name}"
+    return cache_root(cache_dir) / "lf-assistant" / ref.source / ref.repo_id.replace("/", "--")
 
 
 def missing_files(folder: Path) -> list[str] | None:

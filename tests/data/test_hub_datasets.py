@@ -140,3 +140,18 @@ def test_refusals_by_name(data_dir, hub_repos, online, monkeypatch):
     assert (snapshot_dir(hub_dataset(get_dataset_spec("hub_script", data_dir))) / "repo_script.py").is_file()
     with pytest.raises(DataError, match="loading script"):
         load_examples("hub_script", data_dir)
+
+
+def test_the_hub_is_chosen_as_llamafactory_chooses_it(data_dir, monkeypatch):
+    from engine.data.registry import DatasetSpec
+
+    both = DatasetSpec(name="both", hf_hub_url="org/a", ms_hub_url="ms/a")
+    assert hub_dataset(both).source == "hf"
+    monkeypatch.setenv("USE_MODELSCOPE_HUB", "1")
+    assert (hub_dataset(both).source, hub_dataset(both).repo_id) == ("modelscope", "ms/a")
+    assert hub_dataset(DatasetSpec(name="ms", ms_hub_url="ms/only")).source == "modelscope"
+    assert hub_dataset(DatasetSpec(name="legacy", hf_hub_url="wiki_qa")).repo_id == "wiki_qa"
+    from engine.models.download import MANIFEST as WRITTEN
+    from engine.data.hub import MANIFEST as READ
+
+    assert WRITTEN == READ

@@ -195,3 +195,18 @@ def test_resize_vocab_grows_the_embeddings_and_trains_them(demo_model_dir, tmp_p
     embedding = next(v for k, v in saved.items() if "embed_tokens" in k)
     assert embedding.shape[0] == ((len(tokenizer) + 63) // 64) * 64 > rows
     assert "resize_vocab: embeddings grown" in handle.run.log_path.read_text()
+
+
+@pytest.mark.parametrize("method,needs", [("gptq", "gptqmodel"), ("awq", "autoawq"), ("aqlm", "aqlm")])
+def test_prequantized_checkpoints_say_what_they_need(demo_model_dir, tmp_path, method, needs):
+    import json
+    import shutil
+
+    model_dir = tmp_path / method
+    shutil.copytree(demo_model_dir, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": method, "bits": 4}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    problems = engine.validate(settings(model_dir))
+    message = next(p for p in problems if "pre-quantized checkpoint" in p)
+    assert f"({method})" in message and needs in message and "CUDA GPU" in message
