@@ -155,3 +155,24 @@ def test_the_hub_is_chosen_as_llamafactory_chooses_it(data_dir, monkeypatch):
     from engine.data.hub import MANIFEST as READ
 
     assert WRITTEN == READ
+
+
+def test_cli_check_lists_the_download_and_the_download_command_fetches_it(data_dir, hub_repos, online, monkeypatch,
+                                                                        demo_model_dir):
+    from typer.testing import CliRunner
+
+    from assistant.cli.main import app
+
+    yaml = data_dir / "train.yaml"
+    yaml.write_text(f"model_name_or_path: {demo_model_dir}\ndataset: hub_py\ndataset_dir: {data_dir}\n"
+                    "template: qwen\npacking: true\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["train", str(yaml), "--check", "--json"])
+    notes = json.loads(result.output)["notes"]
+    assert any(note.startswith("packing: LLaMA-Factory's packing") for note in notes)
+    assert any("dataset hub_py: org/folders" in note and "needs a download" in note for note in notes)
+    with FakeHub(hub_repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        fetched = CliRunner().invoke(app, ["data", "download", "hub_py", "--dataset-dir", str(data_dir)])
+        assert fetched.exit_code == 0, fetched.output
+    result = CliRunner().invoke(app, ["train", str(yaml), "--check", "--json"])
+    assert any("downloaded and complete" in note for note in json.loads(result.output)["notes"])
