@@ -114,9 +114,13 @@ def _resolve_paths(config: TrainConfig, run: RunDir) -> TrainConfig:
         resolved.output_dir = default_output_dir(config.model_name_or_path or "lf-tiny-qwen3", config.method,
                                                  run.run_id, config.stage)
     resolved.output_dir = str(Path(resolved.output_dir).expanduser().resolve())
+    if resolved.tokenized_path:  # relative to the working dir, as LLaMA-Factory reads it
+        resolved.tokenized_path = str(Path(resolved.tokenized_path).expanduser().resolve())
     if resolved.deepspeed and not Path(resolved.deepspeed).is_absolute():
-        candidate = Path(resolved.deepspeed)
-        resolved.deepspeed = str((candidate if candidate.exists() else config.base_dir() / candidate).resolve())
+        from engine.config.paths import find_relative_file
+
+        found = find_relative_file(resolved.deepspeed, config.base_dir())
+        resolved.deepspeed = str(found or (config.base_dir() / resolved.deepspeed).resolve())
     resolved.config_dir = str(run.path.resolve())
     return resolved
 

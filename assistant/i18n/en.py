@@ -123,7 +123,7 @@ STRINGS: dict[str, str] = {
     "data.rows": "{rows} rows",
     "data.trained": "trained",
     "data.preview": "Preview of {name} (green: what training learns)",
-    "data.hub_only": "on a hub only (offline: not usable)",
+    "data.hub_only": "on a hub: `lf-assistant data download NAME` first",
     "data.file_missing": "file missing",
     "data.preference": "preference data (DPO), not for SFT",
     "data.not_pairs": "SFT data: no chosen/rejected answers to prefer between",
@@ -232,6 +232,8 @@ STRINGS: dict[str, str] = {
     "config.tab_params": "Parameters ({count})",
     "config.tab_diff": "Diff vs. example ({count})",
     "config.diff_legend": "parameter: example value → new value, then why",
+    "config.lf_defaults": ("Defaults that differ from LLaMA-Factory's (keys the example leaves out): "
+                           "LLaMA-Factory's → ours, then why"),
     "config.adapted": "adapted (d: why)",
     "config.tab_key": "d switches",
     "config.adapter_reference": "Continuing the adapter {adapter}: DPO's reference is the base WITHOUT it. For a reference that includes it, export (merge) that run first and pick the merged model in stage 2.",

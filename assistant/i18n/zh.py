@@ -123,7 +123,7 @@ STRINGS: dict[str, str] = {
     "data.rows": "{rows} 行",
     "data.trained": "训练目标",
     "data.preview": "{name} 预览（绿色：训练要学习的部分）",
-    "data.hub_only": "仅在 Hub 上（离线不可用）",
+    "data.hub_only": "在 Hub 上：先运行 `lf-assistant data download NAME`",
     "data.file_missing": "文件缺失",
     "data.preference": "偏好数据（DPO），不用于 SFT",
     "data.not_pairs": "SFT 数据：没有可比较的 chosen/rejected 回答",
@@ -232,6 +232,8 @@ STRINGS: dict[str, str] = {
     "config.tab_params": "参数（{count}）",
     "config.tab_diff": "与示例的差异（{count}）",
     "config.diff_legend": "参数：示例取值 → 新取值，下一行是原因",
+    "config.lf_defaults": ("与 LLaMA-Factory 默认值不同的参数（示例未设置）："
+                           "LLaMA-Factory 的取值 → 本工具的取值，下一行是原因"),
     "config.adapted": "已改编（d：原因）",
     "config.tab_key": "d 切换",
     "config.adapter_reference": "在适配器 {adapter} 上继续训练：DPO 的参考模型是不含该适配器的底座。若希望参考模型包含它，请先导出（合并）那次训练，并在阶段 2 选择合并后的模型。",

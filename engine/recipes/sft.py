@@ -24,18 +24,25 @@ def setup(session: Session) -> Task:
     config, logger = session.config, session.logger
 
     # 1. Data: conversations encoded with the template, a share held out for the eval loss.
+    # LLaMA-Factory's packing encodes to cutoff_len - 1 and fills rows up to that (engine.training.batching).
+    cutoff_len = config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
+
     def encode(names: str) -> list[dict]:
         return encode_supervised(session.load_examples(names), session.tokenizer, session.template,
-                                 config.cutoff_len, train_on_prompt=config.train_on_prompt,
+                                 cutoff_len, train_on_prompt=config.train_on_prompt,
                                  mask_history=config.mask_history)
 
-    samples = encode(config.dataset)
-    if not samples:
-        raise EngineError("No sample has a trained token after encoding: check cutoff_len and the data's answers.")
-    train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_samples = encode(config.eval_dataset)
-    logger.info(f"data: {len(samples)} samples -> {len(train_samples)} train / {len(eval_samples)} eval")
+    def data() -> tuple[list[dict], list[dict]]:
+        samples = encode(config.dataset)
+        if not samples:
+            raise EngineError("No sample has a trained token after encoding: check cutoff_len and the data's answers.")
+        train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
+        if config.eval_dataset:
+            eval_samples = encode(config.eval_dataset)
+        logger.info(f"data: {len(samples)} samples -> {len(train_samples)} train / {len(eval_samples)} eval")
+        return train_samples, eval_samples
+
+    train_samples, eval_samples = session.tokenized(data)  # or read from / saved to tokenized_path
 
     # 2. The model with the method applied.
     model = session.load_policy()

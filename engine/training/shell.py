@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.config import TrainConfig, validate
+from engine.data.tokenized import TokenizedDataSaved
 from engine.errors import ConfigError, EngineError
 from engine.parallel import setup_strategy
 from engine.runstatus import RunState, RunStatus
@@ -61,7 +62,12 @@ def train(config: TrainConfig, run: RunDir, setup, *, on_log=None, stop: StopFla
 def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger, stop: StopFlag) -> RunStatus:
     # 1. The stage's data, model(s) and loss; resumed weights go in before wrapping (FSDP2 shards them).
     session = Session.open(config, run, strategy, logger)
-    task = setup(session)
+    try:
+        task = setup(session)
+    except TokenizedDataSaved as saved:  # a preprocessing run: the data is the result
+        logger.event("tokenized_saved", path=str(config.tokenized_path))
+        logger.info(str(saved))
+        return finish(run, logger, RunState.COMPLETED, 0, str(saved))
     output_dir = Path(config.output_dir)
     if strategy.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -77,9 +83,10 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     # 2. Steps planned on this rank's share of the data; optimizer and schedule over them.
     plan = StepPlan.build(config, task, strategy)
     params = [p for p in task.model.parameters() if p.requires_grad]
-    optimizer = strategy.wrap_optimizer(build_optimizer(config, params))
+    optimizer = strategy.wrap_optimizer(build_optimizer(config, task.model))
     scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
-                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio))
+                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio),
+                                config.lr_scheduler_kwargs, config.learning_rate)
     scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
     stepper = Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
 
@@ -92,6 +99,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         logger.info(f"resumed from {resume_from} at step {position.step}")
     elif config.resume_from_checkpoint:
         logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
+    if strategy.is_main:
+        _note(logger, session.method.begin(task.model, config, output_dir, resumed=bool(resume_from)))
     logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps,
                   output_dir=str(output_dir), template=session.template.name, base_model=session.model_path,
                   device=str(session.device), parallel=strategy.name, world_size=strategy.world_size)
@@ -163,6 +172,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     metrics = write_run_outputs(output_dir, tokenizer=session.tokenizer, template=session.template, config=config,
                                 model_path=session.model_path, run=run, stage=config.stage)
     final = {**_final_metrics(metrics, task), **closing}
+    _note(logger, session.method.end(task.model, config, output_dir))
     losses = [m["loss"] for m in metrics if m.get("loss") is not None]
     logger.event("completed", step=step, output_dir=str(output_dir))
     figures = "".join(f", {key} {value:.4f}" for key, value in final.items())
@@ -170,6 +180,11 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
                 f"output in {output_dir}")
     return finish(run, logger, RunState.COMPLETED, step, "completed", final_loss=losses[-1] if losses else None,
                   final_metrics=final, train_runtime_s=train_runtime)
+
+
+def _note(logger: RunLogger, note: str | None) -> None:
+    if note:
+        logger.info(note)
 
 
 def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: str, **fields) -> RunStatus:
@@ -227,7 +242,8 @@ class StepPlan:
             batcher = PaddedBatcher(task.train_samples, task.collate, config.per_device_train_batch_size,
                                     config.gradient_accumulation_steps, config.seed)
         else:
-            batcher = build_batcher(config, task.train_samples, task.collate)
+            batcher = build_batcher(config, task.train_samples, task.collate,
+                                    pad_token_id=getattr(task.collate, "pad_token_id", None))
         per_epoch = len(strategy.shard_groups(batcher.groups(0)))  # this rank's steps: the global batch is split
         if per_epoch == 0:
             raise EngineError("No training step can be formed from the data: it has no sample left after encoding.")

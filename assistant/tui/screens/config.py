@@ -159,6 +159,12 @@ class ConfigScreen(StageScreen):
         rows = [[row.parameter, fmt_value(row.default, row.parameter), fmt_value(row.new, row.parameter), row.reason]
                 for row in built.diff]
         diff = diff_text(rows) if rows else Text(t("config.no_diff"))
+        if built.lf_defaults:  # keys the example omits whose default here is not LLaMA-Factory's
+            diff.append("\n" + t("config.lf_defaults") + "\n", style="dim")
+            for row in built.lf_defaults:
+                diff.append(row.parameter, style="bold")
+                diff.append(f": {fmt_value(row.default, row.parameter)} → {fmt_value(row.new, row.parameter)}")
+                diff.append(f"\n  {row.reason}\n", style="italic")
         if note:
             diff = Text.assemble(Text(f"! {note}\n", style="yellow"), diff)
         self.query_one("#diff", Static).update(diff)
