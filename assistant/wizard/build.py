@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from assistant.i18n import t
+from assistant.wizard.adapt import adaptations
 from assistant.wizard.skill import Skill
 from assistant.wizard.state import WizardState
 from engine.methods import is_adapter
 
+# Demo sizes with a reason of their own (the others share "reason.demo").
+REASON_KEYS = ("reason.demo_logging_steps", "reason.demo_save_steps", "reason.demo_cutoff_len")
 # finetuning_type written to the config for each method; QLoRA is LoRA on a quantized base.
 METHOD_TYPES: dict[str, str] = {"lora": "lora", "qlora": "lora", "full": "full", "freeze": "freeze"}
 
@@ -154,7 +157,8 @@ def _demo_changes(state: WizardState, skill: Skill) -> list[tuple[str, Any, str]
     if state.family != "demo":
         return []
     settings = skill.stage("config").settings
-    changes = [(key, value, t("reason.demo")) for key, value in settings.get("demo_adaptations", {}).items()]
+    changes = [(key, value, t(f"reason.demo_{key}") if f"reason.demo_{key}" in REASON_KEYS else t("reason.demo"))
+               for key, value in settings.get("demo_adaptations", {}).items()]
     rate = settings.get("demo_learning_rate", {}).get(state.method or "lora")
     if rate:
         key = "reason.demo_lr_pref" if skill.training_stage == "dpo" else "reason.demo_lr"
@@ -172,6 +176,7 @@ def _changes(state: WizardState, skill: Skill, defaults: dict) -> list[tuple[str
     changes.append(("output_dir", output_dir_for(state, stage=skill.training_stage), t("reason.output_dir")))
     changes += _device_changes(state, defaults)
     changes += _demo_changes(state, skill)
+    changes += adaptations(state, skill)  # this machine and this data: assistant/wizard/adapt.py
     changes += [(key, value, t("reason.small_data")) for key, value in state.suggestions.items()]
     changes += [(key, value, t("reason.user")) for key, value in state.edits.items()]
     return changes

@@ -14,6 +14,7 @@ from engine.config.fields import field_problems
 from engine.config.model_check import local_config, lora_rank_warning, lora_target_problems
 from engine.readers import clip, short_repr
 from engine.config.train import TrainConfig
+from engine.data.kinds import stage_data_problem
 from engine.errors import EngineError
 
 
@@ -126,7 +127,7 @@ def _data_problems(c: TrainConfig) -> list[str]:
         except EngineError as exc:
             problems.append(str(exc))
             continue
-        problem = _stage_data_problem(c.stage, name, spec)
+        problem = stage_data_problem(c.stage, name, spec)
         if problem:
             problems.append(problem)
     return problems
@@ -152,27 +153,6 @@ def _dataset_source_problem(spec, dataset_dir, cache_dir) -> None:
         raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) needs a download and HF_HUB_OFFLINE is set: "
                         f"it is not in the cache ({snapshot_dir(ref, cache_dir)}). Download it where there is network "
                         f"(`lf-assistant data download {spec.name}`), or put the file in dataset_dir.")
-
-
-# What each stage reads: preference pairs, KTO-labelled answers, raw text, or conversations.
-_STAGE_DATA = {"dpo": "pairs", "rm": "pairs", "kto": "kto", "pt": "text", "sft": "conversations"}
-_DATA_WORDS = {"pairs": "preference pairs (\"ranking\": true, chosen/rejected)",
-               "kto": "answers labelled desirable or not (a kto_tag column)",
-               "text": "raw text (a text/prompt column, or a .txt file)",
-               "conversations": "conversations with answers"}
-
-
-def _stage_data_problem(stage: str, name: str, spec) -> str | None:
-    """Whether dataset ``name`` holds what ``stage`` trains on, as a sentence when it does not."""
-    has = "pairs" if spec.ranking else "kto" if spec.column("kto_tag") else None
-    wants = _STAGE_DATA.get(stage, "conversations")
-    if wants == "text":
-        return None if has is None else (f"dataset {short_repr(name, 60)} holds {_DATA_WORDS[has]}, but stage pt "
-                                         f"trains on {_DATA_WORDS['text']}.")
-    if has == wants or (has is None and wants == "conversations"):
-        return None
-    held = _DATA_WORDS[has] if has else _DATA_WORDS["conversations"]
-    return f"dataset {short_repr(name, 60)} holds {held}, but stage {stage} needs {_DATA_WORDS[wants]}."
 
 
 def _template_problems(c: TrainConfig) -> list[str]:

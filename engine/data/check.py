@@ -333,7 +333,9 @@ def _identical_pair_problems(rows: list[Any], lines: list[int | None], spec: Dat
         chosen, rejected = row[chosen_key], row[rejected_key]
         if isinstance(chosen, dict) and isinstance(rejected, dict):
             chosen, rejected = chosen.get(spec.tag("content_tag")), rejected.get(spec.tag("content_tag"))
-        if chosen and chosen == rejected:
+        # Whitespace alone does not make a different answer (" 10 " and "10" teach the same nothing).
+        same_words = isinstance(chosen, str) and isinstance(rejected, str) and chosen.split() == rejected.split()
+        if chosen and (chosen == rejected or same_words):
             problems.append(Problem(index + 1, chosen_key, "chosen and rejected answers are identical: the pair "
                                     "teaches nothing; fix the rejected answer or remove the row.", "error",
                                     lines[index]))

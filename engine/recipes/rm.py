@@ -144,12 +144,37 @@ def check_saved_model(output_dir: Path, stepper, scores: ScoreCapture, pairs: li
                           f"difference {gap:.2e} > {SCORE_TOLERANCE}); it was not saved correctly.")
     half = got.shape[0] // 2
     accuracy = float((got[:half] > got[half:]).float().mean())
+    if session.logger.enabled:
+        write_scores(session, pairs, got[:half].tolist(), got[half:].tolist())
     session.logger.info(f"reward model reloaded from {output_dir}: scores match (max diff {gap:.1e}); chosen above "
                         f"rejected on {accuracy:.0%} of {half} pairs")
     if accuracy <= 0.5:
         session.logger.note(f"the reward model ranks the chosen answer first on only {accuracy:.0%} of held-out "
                             "pairs: train longer or on more pairs before using it.")
     return {"heldout_accuracy": accuracy}
+
+
+def write_scores(session: Session, pairs: list[dict], chosen: list[float], rejected: list[float]) -> None:
+    """The held-out pairs with the saved model's scores, in the run folder (validation shows them): the prompt
+    and both answers decoded from the tokens that were scored (special tokens left out)."""
+    import json
+
+    from engine.data.encode import IGNORE_INDEX
+    from engine.jsonio import write_text_atomic
+
+    def text(ids: list[int]) -> str:
+        return " ".join(session.tokenizer.decode(ids, skip_special_tokens=True).split())
+
+    rows = []
+    for pair, good, bad in zip(pairs, chosen, rejected):
+        labels = pair["chosen_labels"]
+        prompt = [i for i, label in zip(pair["chosen_input_ids"], labels) if label == IGNORE_INDEX]
+        answer = [i for i, label in zip(pair["chosen_input_ids"], labels) if label != IGNORE_INDEX]
+        worse = [i for i, label in zip(pair["rejected_input_ids"], pair["rejected_labels"]) if label != IGNORE_INDEX]
+        rows.append({"prompt": text(prompt), "chosen": text(answer), "rejected": text(worse),
+                     "chosen_score": round(float(good), 4), "rejected_score": round(float(bad), 4)})
+    write_text_atomic(session.run.held_out_scores_path,
+                      "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def load_reward_model(output_dir: Path, session: Session) -> torch.nn.Module:

@@ -23,22 +23,25 @@ def setup(session: Session) -> Task:
 
     config, logger = session.config, session.logger
 
-    # 1. Data: conversations encoded with the template, a share held out for the eval loss.
+    # 1. Data: conversations encoded with the template, a share held out for the eval loss (and recorded in the
+    #    run folder, so validation can ask the model those prompts and show the answers it never trained on).
     # LLaMA-Factory's packing encodes to cutoff_len - 1 and fills rows up to that (engine.training.batching).
     cutoff_len = config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
 
-    def encode(names: str) -> list[dict]:
-        return encode_supervised(session.load_examples(names), session.tokenizer, session.template,
-                                 cutoff_len, train_on_prompt=config.train_on_prompt,
-                                 mask_history=config.mask_history)
+    def encode(examples: list[dict]) -> list[dict]:
+        return encode_supervised(examples, session.tokenizer, session.template, cutoff_len,
+                                 train_on_prompt=config.train_on_prompt, mask_history=config.mask_history)
 
     def data() -> tuple[list[dict], list[dict]]:
-        samples = encode(config.dataset)
+        examples = session.load_examples(config.dataset)
+        samples = encode(examples)
         if not samples:
             raise EngineError("No sample has a trained token after encoding: check cutoff_len and the data's answers.")
         train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
         if config.eval_dataset:
-            eval_samples = encode(config.eval_dataset)
+            eval_samples = encode(session.load_examples(config.eval_dataset))
+        else:
+            session.record_held_out(examples, samples)
         logger.info(f"data: {len(samples)} samples -> {len(train_samples)} train / {len(eval_samples)} eval")
         return train_samples, eval_samples
 

@@ -4,6 +4,7 @@ the model loaders every stage shares (the policy with its method applied, a froz
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,26 @@ class Session:
             logger.note(f"{len(same)} pair(s) have the same chosen and rejected answer (after cutoff_len) and "
                         "teach nothing; fix those rows or raise cutoff_len.")
         return [pair for pair in encoded if has_trained_tokens(pair)]
+
+    def record_held_out(self, examples: list[dict], samples) -> None:
+        """Write the examples split_validation held out of ``samples`` (encoded from ``examples``) into the run
+        folder as heldout.jsonl: {messages, system, source} per row, the reference answer last. The split depends
+        only on the count and the seed, so the same call on indices finds them; rows dropped in encoding are
+        matched by their source. Nothing is written when val_size is 0 or the rows cannot be matched."""
+        from engine.jsonio import write_text_atomic
+        from engine.training.loop import split_validation
+
+        if not self.config.val_size or not self.logger.enabled:
+            return
+        dropped = set(getattr(samples, "dropped", []))
+        kept = [example for example in examples if example.get("source") not in dropped]
+        if len(kept) != len(samples):
+            return  # repeated sources (num_samples draws rows twice): which row was held out is ambiguous
+        _train, held = split_validation(list(range(len(samples))), self.config.val_size, self.config.seed)
+        rows = [{"messages": kept[i]["messages"], "system": kept[i].get("system"), "source": kept[i].get("source")}
+                for i in held]
+        write_text_atomic(self.run.held_out_path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                                                                   for row in rows))
 
     def load_base(self, *, require_logits: bool = False, head: str = "causal_lm") -> torch.nn.Module:
         """The base model on the device, with the configured kernels patched in (no method applied yet).
