@@ -1,8 +1,8 @@
 """The pre-flight's result and its launcher, importable without torch (the TUI and the CLI use them).
 
-`measure_steps(config)` runs `python -m engine.training.measure` in a child process on a copy of the config and
+`measure_steps(config)` runs `python -m engine.recipes.measure` in a child process on a copy of the config and
 returns its `Measurement`: measured step time, throughput, start-up, peak memory, the predicted total time, and
-whether the micro-batch fits (with a proposal when it does not). See engine/training/measure.py for how.
+whether the micro-batch fits (with a proposal when it does not). See engine/recipes/measure.py for how.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def measure_steps(config, *, steps: int = 3, env: dict[str, str] | None = None,
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
         root = str(Path(__file__).resolve().parent.parent)
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
-        command = [sys.executable, "-m", "engine.training.measure", str(path), "--steps", str(steps)]
+        command = [sys.executable, "-m", "engine.recipes.measure", str(path), "--steps", str(steps)]
         with open(Path(folder) / "out.txt", "w+", encoding="utf-8") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=child_env, cwd=os.getcwd())

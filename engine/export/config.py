@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.config.export import EXPORT_DEVICES, EXPORT_FORMATS, GGUF_QUANTIZATIONS, ExportConfig  # noqa: F401
 from engine.config.fields import field_problems
-from engine.config.loader import load
+from engine.config.loader import load_checked
 from engine.config.model_source import INFER_DTYPES
 from engine.readers import clip
 from engine.errors import ConfigError
@@ -20,12 +20,7 @@ __all__ = ["EXPORT_DEVICES", "ExportConfig", "INFER_DTYPES", "check_export_confi
 
 def load_export_config(source: str | Path | dict[str, Any], *overrides: str, **kw_overrides: Any) -> ExportConfig:
     """An ExportConfig from a YAML path or dict with ``key=value`` overrides; every problem raised at once."""
-    config = load("export", source, *overrides, **kw_overrides)
-    problems = check_export_config(config)
-    if problems:
-        label = "config" if isinstance(source, dict) else str(source)
-        raise ConfigError(f"{label} has problems:\n- " + "\n- ".join(problems))
-    return config
+    return load_checked("export", check_export_config, source, *overrides, **kw_overrides)
 
 
 def check_export_config(config: ExportConfig) -> list[str]:

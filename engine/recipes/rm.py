@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import EngineError
-from engine.training.loop import split_validation
 from engine.training.loss import model_inputs
 from engine.training.session import Session
 from engine.training.task import LossOut, StepContext, Task
@@ -77,20 +76,12 @@ def row_scores(scores: torch.Tensor, batch: dict, context: StepContext) -> torch
 
 
 def setup(session: Session) -> Task:
-    config, logger, tokenizer = session.config, session.logger, session.tokenizer
+    logger, tokenizer = session.logger, session.tokenizer
 
     # 1. Data: preference pairs, both answers scored whole (prompt included: the score reads the conversation).
-    def data() -> tuple[list[dict], list[dict]]:
-        pairs = session.preference_pairs(config.dataset)
-        if not pairs:
-            raise EngineError("No preference pair is left after encoding: raise cutoff_len or check the data.")
-        train_pairs, eval_pairs = split_validation(pairs, config.val_size, config.seed)
-        if config.eval_dataset:
-            eval_pairs = session.preference_pairs(config.eval_dataset)
-        logger.info(f"data: {len(pairs)} pairs -> {len(train_pairs)} train / {len(eval_pairs)} eval")
-        return train_pairs, eval_pairs
-
-    train_pairs, eval_pairs = session.tokenized(data)  # or read from / saved to tokenized_path
+    train_pairs, eval_pairs = session.train_and_eval(
+        session.preference_pairs, unit="pairs",
+        empty="No preference pair is left after encoding: raise cutoff_len or check the data.")
 
     # 2. The reward model: the base's body with a one-output score head.
     base = session.load_base(head="score")

@@ -7,7 +7,7 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -15,7 +15,7 @@ from engine.config import TrainConfig
 from engine.errors import ConfigError, DataError, EngineError
 from engine.methods import Method, count_parameters, get_method
 from engine.rundir import RunDir
-from engine.training.loop import RunLogger
+from engine.training.loop import RunLogger, split_validation
 from engine.training.setup import Precision, choose_precision, resolve_model_path, resolve_template, seed_everything
 
 
@@ -64,6 +64,27 @@ class Session:
         c = self.config
         return {"max_samples": c.max_samples, "mix_strategy": c.mix_strategy, "interleave_probs": c.interleave_probs,
                 "seed": c.seed, "cache_dir": c.cache_dir}
+
+    def train_and_eval(self, encode: Callable[[str], list], *, empty: str, unit: str = "samples",
+                       before_split: Callable[[list], str | None] | None = None) -> tuple[list, list]:
+        """Every recipe's data step: ``encode(config.dataset)``, split by val_size (or ``encode(eval_dataset)`` as
+        the eval set), logged, and read from / saved to tokenized_path (see ``tokenized``). DataError(``empty``)
+        when nothing is left; ``before_split(items)`` may check the items and return words for the log line."""
+        config = self.config
+
+        def build() -> tuple[list, list]:
+            items = encode(config.dataset)
+            if not items:
+                raise DataError(empty)
+            detail = before_split(items) if before_split else None
+            train, evaluation = split_validation(items, config.val_size, config.seed)
+            if config.eval_dataset:
+                evaluation = encode(config.eval_dataset)
+            self.logger.info(f"data: {len(items)} {unit}{f' ({detail})' if detail else ''} -> {len(train)} train / "
+                             f"{len(evaluation)} eval")
+            return train, evaluation
+
+        return self.tokenized(build)
 
     def tokenized(self, build) -> tuple[list[dict], list[dict]]:
         """The (train, eval) samples ``build()`` encodes, or those saved in tokenized_path. A tokenized_path without

@@ -82,13 +82,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
 
     # 2. Steps planned on this rank's share of the data; optimizer and schedule over them.
     plan = StepPlan.build(config, task, strategy)
-    params = [p for p in task.model.parameters() if p.requires_grad]
-    optimizer = strategy.wrap_optimizer(build_optimizer(config, task.model))
-    scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
-                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio),
-                                config.lr_scheduler_kwargs, config.learning_rate)
-    scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
-    stepper = Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
+    stepper = make_stepper(config, task, plan, session, strategy, train_model)
+    optimizer, scheduler = stepper.optimizer, stepper.scheduler
 
     # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
     position = Position()
@@ -202,6 +197,19 @@ def due(strategy: str, step: int, every: int, epoch_end: bool, last: bool) -> bo
     if strategy == "epoch":
         return epoch_end or last
     return step % every == 0 or last
+
+
+def make_stepper(config: TrainConfig, task: Task, plan: StepPlan, session: Session, strategy,
+                 train_model) -> "Stepper":
+    """The optimizer ``config.optim`` names (through the strategy), its schedule over ``plan`` and the loss scaler,
+    assembled into the Stepper that runs one optimizer step: for training and for the pre-flight alike."""
+    params = [p for p in task.model.parameters() if p.requires_grad]
+    optimizer = strategy.wrap_optimizer(build_optimizer(config, task.model))
+    scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
+                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio),
+                                config.lr_scheduler_kwargs, config.learning_rate)
+    scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
+    return Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
 
 
 def diverged_message(step: int, result: StepResult, output_dir: Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import engine
-from engine.training.measure import DoesNotFit, choose_groups, fit_micro_batch, group_tokens
+from engine.recipes.measure import DoesNotFit, choose_groups, fit_micro_batch, group_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 

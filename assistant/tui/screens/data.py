@@ -76,6 +76,8 @@ class DataScreen(StageScreen):
         self.hidden: list[str] = []
         self.preselected = bool(self.state.datasets)
         """The recommended datasets were selected once (never again over the user's own choice)."""
+        self.to_select: set[str] = set()
+        """A dataset just added: selected when the listing is next filled, beside what was selected."""
 
     @property
     def kind(self) -> str:
@@ -171,7 +173,8 @@ class DataScreen(StageScreen):
 
     def _fill_list(self) -> None:
         widget = self.query_one("#datasets", SelectionList)
-        keep = set(widget.selected) or set(self.state.datasets)
+        keep = (set(widget.selected) or set(self.state.datasets)) | self.to_select
+        self.to_select = set()
         if not keep and not self.preselected and self.listing:
             keep = set(data.recommended(self.listing, self.stage.settings.get("recommended", [])))
             self.preselected = bool(keep)
@@ -281,6 +284,7 @@ class DataScreen(StageScreen):
         record = outcome.state.onboarded[-1]
         self.wizard.commit(outcome.state.replace(datasets=[*self.state.datasets, record["name"]]))
         self.folder = Path(outcome.state.dataset_dir)
+        self.to_select.add(record["name"])
         # What a conversion left out or changed stays on screen with the result (the listing does not replace it).
         self.say(notes=outcome.notes, info=[t("data.added", name=record["name"], folder=display_path(self.folder))])
         self.list_folder(str(self.folder))

@@ -1,6 +1,6 @@
 """Pre-flight: time a few real optimizer steps of a run before it is started, and say whether it fits.
 
-    python -m engine.training.measure CONFIG.yaml [--steps 3]      (engine.api.measure_steps starts it)
+    python -m engine.recipes.measure CONFIG.yaml [--steps 3]      (engine.api.measure_steps starts it)
 
 The run's own components do the work (Session, the stage recipe's setup(), StepPlan and Stepper from the training
 shell), on the device this process sees, one process. The first step takes the longest micro-batches of the epoch
@@ -34,13 +34,12 @@ import torch
 from engine.config import TrainConfig, load_config
 from engine.errors import EngineError
 from engine.measurement import Measurement
+from engine.recipes import recipe
 from engine.parallel.single import SingleDevice
 from engine.rundir import RunDir
 from engine.training.loop import RunLogger
-from engine.training.optim import build_optimizer
-from engine.training.schedule import build_scheduler, warmup_steps_for
 from engine.training.session import Session
-from engine.training.shell import StepPlan, Stepper
+from engine.training.shell import StepPlan, make_stepper
 
 # A peak above this share of the memory free to the run counts as not fitting: the allocator, other processes and
 # the checkpoint save (a copy of the trained weights) need the rest.
@@ -94,7 +93,6 @@ class Bench:
         self.config, self.session, self.task = config, session, task
         self.strategy = SingleDevice()
         self.model = self.strategy.wrap(task.model, config)
-        self.params = [p for p in task.model.parameters() if p.requires_grad]
 
     def plan(self, micro_batch: int, grad_accum: int) -> tuple[TrainConfig, StepPlan]:
         config = dataclasses.replace(self.config, per_device_train_batch_size=micro_batch,
@@ -104,12 +102,8 @@ class Bench:
     def run(self, config: TrainConfig, plan: StepPlan, groups: list, limit: int | None) -> list[tuple[list, float]]:
         """Step through ``groups``; (group, seconds) of each timed step. The first is a warm-up (first calls
         allocate and pick kernels) and is timed only when it alone takes longer than the time budget."""
-        optimizer = build_optimizer(config, self.params)
-        scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
-                                    warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio))
-        scaler = torch.amp.GradScaler("cuda") if self.session.precision.autocast_dtype == torch.float16 else None
-        stepper = Stepper(config, self.task, plan, self.session, self.model, optimizer, scheduler, scaler,
-                          self.params)
+        stepper = make_stepper(config, self.task, plan, self.session, self.strategy, self.model)
+        optimizer, scheduler = stepper.optimizer, stepper.scheduler
         device = self.session.device
         timed: list[tuple[list, float]] = []
         try:
@@ -170,7 +164,6 @@ def run_tokens(plan: StepPlan, samples: list[dict]) -> tuple[float, int]:
 
 def measure(config: TrainConfig, steps: int = 3) -> Measurement:
     """Measure the run ``config`` describes on this process's device (see the module docstring)."""
-    from engine.recipes import recipe
     from engine.runstatus import process_start_time
 
     started = process_start_time(os.getpid()) or time.time()
