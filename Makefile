@@ -1,5 +1,5 @@
 # Two commands on a fresh clone:
-#   make run    set up .venv and start the guided assistant (TUI) on the built-in tiny model and demo data
+#   make run    set up .venv and start the guided assistant (TUI) on the demo data and the recommended model
 #   make test   set up .venv with the dev extras and run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,18 +8,29 @@ BIN    := $(VENV)/bin
 .PHONY: run test test-all setup setup-dev demo clean browser-deps
 
 $(BIN)/python:
+	@echo "==> Creating $(VENV) (first run only; the whole set-up takes a few minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # torch is pinned (torch==2.13.0, a CPU build); it is installed first so no CUDA build is pulled in.
+# pip prints each package it fetches, so the set-up is never silent; --progress-bar shows the large downloads.
+PIP_INSTALL := $(BIN)/pip install --progress-bar on --disable-pip-version-check
+QUIET_SATISFIED := { grep -v "^Requirement already satisfied" || true; }
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e .
-	touch $@
+	@echo "==> [1/2] torch 2.13.0, CPU build (about 200 MB)"
+	$(PIP_INSTALL) "torch==2.13.0" 2>&1 | $(QUIET_SATISFIED)
+	@echo "==> [2/2] lf-assistant and its dependencies"
+	$(PIP_INSTALL) -e . 2>&1 | $(QUIET_SATISFIED)
+	@touch $@
+	@echo "==> Set up: $(BIN)/lf-assistant"
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install -q -e ".[dev]"
-	touch $@
+	@echo "==> Test dependencies (pytest, snapshot, browser and lint tools)"
+	$(PIP_INSTALL) -e ".[dev]" 2>&1 | $(QUIET_SATISFIED)
+	@touch $@
 
 setup: $(VENV)/.installed
 setup-dev: $(VENV)/.installed-dev

@@ -10,8 +10,9 @@ The engine never imports the assistant, textual or rich; importing it does not i
 """
 
 from engine import runs
-from engine.api import chat, export, load_config, load_infer_config, resume, stop, train, validate, validate_model
+from engine.api import (chat, export, load_config, load_infer_config, measure_steps, resume, stop, train, validate,
+                        validate_model)
 from engine.errors import ConfigError, DataError, DeviceError, EngineError, ModelError
 
 __all__ = ["ConfigError", "DataError", "DeviceError", "EngineError", "ModelError", "chat", "export", "load_config",
-           "load_infer_config", "resume", "runs", "stop", "train", "validate", "validate_model"]
+           "load_infer_config", "measure_steps", "resume", "runs", "stop", "train", "validate", "validate_model"]

@@ -114,9 +114,13 @@ def _resolve_paths(config: TrainConfig, run: RunDir) -> TrainConfig:
         resolved.output_dir = default_output_dir(config.model_name_or_path or "lf-tiny-qwen3", config.method,
                                                  run.run_id, config.stage)
     resolved.output_dir = str(Path(resolved.output_dir).expanduser().resolve())
+    if resolved.tokenized_path:  # relative to the working dir, as LLaMA-Factory reads it
+        resolved.tokenized_path = str(Path(resolved.tokenized_path).expanduser().resolve())
     if resolved.deepspeed and not Path(resolved.deepspeed).is_absolute():
-        candidate = Path(resolved.deepspeed)
-        resolved.deepspeed = str((candidate if candidate.exists() else config.base_dir() / candidate).resolve())
+        from engine.config.paths import find_relative_file
+
+        found = find_relative_file(resolved.deepspeed, config.base_dir())
+        resolved.deepspeed = str(found or (config.base_dir() / resolved.deepspeed).resolve())
     resolved.config_dir = str(run.path.resolve())
     return resolved
 
@@ -371,3 +375,16 @@ def export(config, *overrides: str, on_progress=None):
     if not hasattr(config, "export_dir"):
         config = load_export_config(config, *overrides)
     return export_model(config, on_progress=on_progress)
+
+
+def measure_steps(config, *, steps: int = 3, env: dict[str, str] | None = None, should_stop=None,
+                  timeout_s: float | None = None):
+    """Pre-flight: time ``steps`` real optimizer steps of ``config`` (the longest micro-batches first) in a child
+    process on the chosen device, writing nothing of the run; returns an engine.measurement.Measurement with the
+    step time, peak memory, tokens/s, the predicted total time and whether it fits (with a smaller micro-batch
+    and a larger gradient accumulation proposed when it does not)."""
+    from engine.measurement import measure_steps as _measure
+
+    if isinstance(config, (str, Path, dict)):
+        config = load_config(config)
+    return _measure(config, steps=steps, env=env, should_stop=should_stop or (lambda: False), timeout_s=timeout_s)

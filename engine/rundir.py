@@ -117,6 +117,17 @@ class RunDir:
     def stop_request_path(self) -> Path:
         return self.path / STOP_REQUEST
 
+    @property
+    def held_out_scores_path(self) -> Path:
+        """heldout_scores.jsonl: a reward model's scores of held-out pairs, {prompt, chosen, rejected,
+        chosen_score, rejected_score} each, written by the rm run once its saved model reloaded."""
+        return self.path / "heldout_scores.jsonl"
+
+    @property
+    def held_out_path(self) -> Path:
+        """heldout.jsonl: the rows an SFT run held out of training (val_size), {messages, system, source} each."""
+        return self.path / "heldout.jsonl"
+
     def file(self, name: str) -> Path:
         return self.path / name
 

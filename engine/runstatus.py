@@ -143,6 +143,9 @@ class RunStatus:
     num_input_tokens_seen: int | None = None
     num_trained_tokens: int | None = None
 
+    def __post_init__(self) -> None:
+        self.state = RunState(self.state)  # writers may pass the plain word ("running")
+
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process else None

@@ -1,4 +1,5 @@
-"""A fake model hub on 127.0.0.1 for download tests: just enough of the Hugging Face Hub API and of ModelScope's.
+"""A fake model hub on 127.0.0.1 for download tests: just enough of the Hugging Face Hub API (model and dataset
+repos) and of ModelScope's.
 
 The real clients (`huggingface_hub` via HF_ENDPOINT, `modelscope` via MODELSCOPE_ENDPOINT) talk to it exactly as
 they talk to the real hubs. Files are served from folders the test creates, with Range support (resume), an
@@ -140,8 +141,10 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             parts = [unquote(p) for p in url.path.split("/") if p]
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            if parts[:2] == ["api", "models"] and len(parts) >= 4:
+            if parts[:2] in (["api", "models"], ["api", "datasets"]) and len(parts) >= 4:
                 return self._hf_api(parts[2] + "/" + parts[3], parts[4:])
+            if parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":  # a dataset repo's file
+                return self._serve(parts[1] + "/" + parts[2], "/".join(parts[5:]), head, hf=True)
             if parts[:3] == ["api", "v1", "models"] and len(parts) >= 6 and parts[5] == "repo":
                 return self._ms_api(parts[3] + "/" + parts[4], parts[6:], query, head)
             if len(parts) >= 5 and parts[2] == "resolve":

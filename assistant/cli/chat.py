@@ -27,6 +27,8 @@ def chat(
     base: bool = typer.Option(False, "--base", help="With --prompts: also answer with the base model, side by side."),
     batch_size: int = typer.Option(16, "--batch-size", help="With --prompts: prompts generated together."),
     system: Optional[str] = typer.Option(None, "--system", help="System prompt of the conversation."),
+    completion: bool = typer.Option(False, "--completion", help="With --prompts: continue each prompt as plain "
+                                    "text, without the chat template (a continued pre-training run, stage pt)."),
 ) -> None:
     """Chat with a model (streamed, multi-turn; /clear, /exit), or with --prompts FILE --out FILE.jsonl answer a
     prompt file without interaction (add --base for base-vs-tuned answers side by side)."""
@@ -41,7 +43,7 @@ def chat(
 
         console.print(f"[dim]accepted but not used here: {escape(', '.join(infer.unused_keys))}[/]")
     if prompts is not None:
-        _answer_file(console, infer, prompts, out or default_out(prompts), base, batch_size, config)
+        _answer_file(console, infer, prompts, out or default_out(prompts), base, batch_size, config, completion)
         return
     if out is not None or base:
         console.print("[yellow]--out and --base only apply with --prompts; starting an interactive chat.[/]")
@@ -54,7 +56,8 @@ def default_out(prompts: Path) -> Path:
     return prompts.with_name(f"{prompts.stem}-answers.jsonl") if out.name == prompts.name else out
 
 
-def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_size: int, config: Path) -> None:
+def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_size: int, config: Path,
+                 completion: bool = False) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from engine.inference.validate import run_validation
@@ -64,6 +67,7 @@ def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_siz
     task = progress.add_task("generate", total=None)
     with progress:
         rows = run_validation(infer, prompts, out, base=base, batch_size=batch_size, inputs=(config,),
+                              completion=completion,
                               on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"wrote {len(rows)} answers to [bold]{safe(out)}[/] "
                   f"(template {safe(rows[0]['template']) if rows else '-'})")

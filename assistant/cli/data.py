@@ -236,3 +236,42 @@ def add(
         raise DataError(f"{file} was not added:\n" + "\n".join(problems))
     typer.echo(f"added {record['name']}: {record['file']} (registered in {folder / 'dataset_info.json'}); "
                f"train on it with dataset={record['name']} dataset_dir={folder}")
+
+
+@app.command("download")
+@fail_on_engine_error
+def download(
+    name: str = typer.Argument(..., help="A hub dataset registered in dataset_info.json (hf_hub_url or ms_hub_url).",
+                               show_default=False),
+    dataset_dir: Path = typer.Option(Path("data"), "--dataset-dir", help="Folder holding dataset_info.json."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Where hub datasets are kept (a config's "
+                                             "cache_dir; default: the Hugging Face datasets cache)."),
+) -> None:
+    """Download a hub dataset into the cache training reads it from (resumable: run it again after a cancel),
+    then check every file."""
+    from rich.console import Console
+
+    from engine.data.hub import hub_dataset, is_cached, snapshot_dir
+    from engine.data.registry import find_dataset_dir, get_dataset_spec
+    from engine.models.dataset_download import start_dataset_download
+
+    from assistant.cli.models import _follow
+
+    console = Console(highlight=False)
+    spec = get_dataset_spec(name, find_dataset_dir(str(dataset_dir)))
+    cache = str(cache_dir) if cache_dir else None
+    ref = hub_dataset(spec)
+    if ref.source != "script" and is_cached(ref, cache):
+        console.print(f"[green]{safe(name)}: already downloaded and complete in {safe(snapshot_dir(ref, cache))}[/]")
+        return
+    job = start_dataset_download(spec, cache)
+    console.print(f"{safe(job.progress.message)}\n-> {safe(job.target)}", soft_wrap=True)
+    try:
+        final = _follow(job)
+    except KeyboardInterrupt:
+        job.cancel()
+        final = job.wait(10)
+    if final.error:
+        console.print(f"[red]{safe(final.error)}[/red]", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"[green]{safe(name)}: {safe(final.message)}[/green]", soft_wrap=True)

@@ -47,5 +47,7 @@ def export(
                   f"{len(result.files)} weight file(s))", soft_wrap=True)
     from assistant.command import self_command
 
+    if result.gguf:
+        console.print(f"  GGUF: {safe(result.export_dir / result.gguf)} (the Modelfile points at it)", soft_wrap=True)
     console.print(f"  chat with it: {self_command()} chat INFER.yaml model_name_or_path={safe(result.export_dir)} "
                   "adapter_name_or_path=null", soft_wrap=True)

@@ -10,8 +10,9 @@ from rich.console import Console
 from assistant.cli.common import safe
 
 CPU_SPEED_NOTE = (
-    "On CPU only tiny models train at a usable speed (the demo model: ~5,000 tokens/s; a 0.5B model would take "
-    "hours per epoch). Training runs in fp32: bf16 on a CPU without bf16 units is 10-20x slower."
+    "Training runs on the CPU, in fp32 (bf16 on a CPU without bf16 units is 10-20x slower). How fast depends on "
+    "the model and this machine's load: the wizard's pre-flight times a few real steps of your config before it "
+    "starts (the README gives measured figures for the demo model and SmolLM2-135M on 2 cores)."
 )
 
 

@@ -190,6 +190,8 @@ TRAIN_CHECK = _fields(
     ("settings", "object", "Every setting of the resolved config (file + overrides), for the table shown to the "
                            "user before training."),
     ("changed", "object", "key -> {from, to}: what the overrides changed against the file."),
+    ("notes", "array of string", "Which packing trains, where tokenized data comes from, and each hub dataset: "
+                                 "downloaded and complete, or needing a download."),
 )
 
 DOCUMENTS: dict[str, tuple[str, tuple[Field, ...]]] = {

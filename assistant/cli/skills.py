@@ -73,7 +73,9 @@ def render() -> str:
         installed = version("lf-assistant")
     except PackageNotFoundError:
         installed = "(source checkout)"
-    docs = Path(__file__).resolve().parents[2] / "docs" / "cli-json.md"
+    from engine.resources import resource_dir
+
+    docs = resource_dir("docs") / "cli-json.md"
     values = {"version": installed, "command": self_command(), "examples": str(EXAMPLES_DIR),
               "docs": f"`{docs}`" if docs.is_file() else "docs/cli-json.md in the lf-assistant sources",
               "questions": questions_table()}

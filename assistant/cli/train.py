@@ -40,6 +40,7 @@ def train(
     console = Console(highlight=False, stderr=json_out)
     if run_id is not None:
         check_name("run id", run_id)
+    config = _shipped_if_missing(config, console)
     cfg = engine.load_config(config, *(overrides or []))
     skipped = list(cfg.unused_keys)
     problems = engine.validate(cfg)
@@ -58,6 +59,10 @@ def train(
     for warning in config_warnings(cfg):
         console.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     if check:
+        from engine.config.validate import check_notes
+
+        for note in check_notes(cfg):
+            console.print(f"[dim]{safe(note)}[/]", soft_wrap=True)
         _print_default_differences(cfg, console)
         console.print(f"[green]{safe(config)}: no problems found.[/]")
         return
@@ -69,6 +74,20 @@ def train(
                         run_dir=run_dir)
         return
     _train_with_progress(cfg, console, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, json_out=json_out)
+
+
+def _shipped_if_missing(config: Path, console) -> Path:
+    """`examples/...` named from a folder that has none (an installed lf-assistant): the example it ships."""
+    from engine.resources import shipped_example
+
+    if config.exists():
+        return config
+    shipped = shipped_example(config)
+    if shipped is None:
+        return config
+    console.print(f"[dim]{safe(config)} is not here; using the example shipped with lf-assistant: {safe(shipped)}[/]",
+                  soft_wrap=True)
+    return shipped
 
 
 def _print_default_differences(cfg, console) -> None:
@@ -90,18 +109,35 @@ def _data_problems(cfg) -> list[str]:
     from engine.data.loader import load_examples, load_texts
     from engine.errors import DataError
 
+    from engine.data.hub import hub_dataset, is_cached
+    from engine.data.registry import get_dataset_spec
+    from engine.data.tokenized import has_tokenized
+
+    if cfg.tokenized_path and has_tokenized(cfg.tokenized_path):
+        return []  # the saved samples are read, not the datasets
     try:
         dataset_dir = dataset_dir_of(cfg)
         for names in (cfg.dataset, cfg.eval_dataset):
-            if not names:
+            # Hub datasets not downloaded yet are listed (check_notes), not read: training downloads them.
+            readable = [n.strip() for n in (names or "").split(",") if n.strip() and _on_disk(
+                get_dataset_spec(n.strip(), dataset_dir), cfg.cache_dir, hub_dataset, is_cached)]
+            if not readable:
                 continue
             if cfg.stage == "pt":
-                load_texts(names, dataset_dir, max_samples=cfg.max_samples)
+                load_texts(readable, dataset_dir, max_samples=cfg.max_samples, cache_dir=cfg.cache_dir)
             else:
-                load_examples(names, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage in ("dpo", "rm"))
+                load_examples(readable, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage in ("dpo", "rm"),
+                              cache_dir=cfg.cache_dir)
     except DataError as exc:
         return [str(exc)]
     return []
+
+
+def _on_disk(spec, cache_dir, hub_dataset, is_cached) -> bool:
+    if spec.is_local or spec.script_url:
+        return True
+    ref = hub_dataset(spec)
+    return is_cached(ref, cache_dir)
 
 
 def _emit_check(config: Path, cfg, skipped: list[str], problems: list[str]) -> None:
@@ -115,8 +151,11 @@ def _emit_check(config: Path, cfg, skipped: list[str], problems: list[str]) -> N
     original = config_to_dict(engine.load_config(config))
     changed = {key: {"from": original.get(key), "to": value} for key, value in settings.items()
                if original.get(key) != value}
+    from engine.config.validate import check_notes
+
     emit(document("train --check", {"config": str(config), "ok": not problems, "problems": problems,
-                                    "ignored_keys": skipped, "settings": settings, "changed": changed}))
+                                    "ignored_keys": skipped, "settings": settings, "changed": changed,
+                                    "notes": check_notes(cfg)}))
 
 
 def _pin_gpus(cfg, gpus: str, runs_dir, run_id) -> Path:
@@ -207,9 +246,10 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: b
         _emit_status(handle)
     else:
         final = status.final_loss
+        ended = f": {safe(status.exit_reason)}" if status.exit_reason and status.exit_reason != "completed" else ""
         console.print(f"[bold green]{safe(status.state)}[/]: {status.step} steps in "
                       f"{fmt_duration(status.runtime_s)}, final loss {final:.4f}" if final is not None else
-                      f"[bold]{safe(status.state)}[/]")
+                      f"[bold]{safe(status.state)}[/]{ended}", soft_wrap=True)
         console.print(f"  run folder : {safe(handle.path)}")
         console.print(f"  output     : {safe(status.output_dir)}")
         if status.loss_plot:

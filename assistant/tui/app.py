@@ -20,7 +20,7 @@ from textual.binding import Binding
 
 from assistant.command import self_command
 from assistant.i18n import detect_language, set_language, t
-from assistant.tui.messages import BrowserStarted, FetchProgressed
+from assistant.tui.messages import AvailabilityChecked, BrowserStarted, FetchProgressed
 from assistant.wizard.skill import WORKFLOW_SKILLS, Skill, load_skill, skill_for
 from assistant.wizard.stages import model as model_stage
 from assistant.wizard.state import WizardState, new_state, rename_for_model, run_path, save_state
@@ -32,6 +32,19 @@ def _default_detector() -> Any:
     from assistant.wizard.stages.gpu import detect_in_subprocess
 
     return detect_in_subprocess()
+
+
+def fetch_text(progress, human_bytes) -> str:
+    """A download's progress in a few words for the board: the share while bytes arrive, then the step the
+    package source is on (checking, extracting, importing) once they are all here."""
+    total, done = progress.total_bytes, progress.downloaded_bytes
+    if total and done < total:
+        return t("fetch.progress", share=f"{100 * done / total:.0f}%", size=human_bytes(total),
+                 rate=human_bytes(progress.rate_bps))
+    message = (progress.message or "").split(":")[0].strip()
+    if total and message and not message.startswith(("downloading", "asking", "fetching")):
+        return t("fetch.phase", step=message)
+    return t("fetch.progress", share="", size=human_bytes(done), rate=human_bytes(progress.rate_bps))
 
 
 class WizardApp(App):
@@ -47,6 +60,8 @@ class WizardApp(App):
                  review: bool = False, detect_devices: DetectDevices | None = None, skill: Skill | None = None,
                  online: bool | None = None, now: datetime | None = None) -> None:
         self.lang = set_language(detect_language(lang))
+        self.lang_flag = lang
+        """--lang as given: a resumed session keeps its own language unless this says otherwise."""
         super().__init__()
         from engine.rundir import runs_root
 
@@ -64,6 +79,8 @@ class WizardApp(App):
         self.fetch_text: str | None = None
         self.device_report: Any = None
         self.exit_hint: str | None = None
+        self.availability: Any = None
+        """engine.models.availability's answer for the skill's real model (None until it answered)."""
 
     # ------------------------------------------------------------------ start
     def on_mount(self) -> None:
@@ -72,12 +89,25 @@ class WizardApp(App):
 
             self.push_screen(RunsScreen())
             return
+        self.check_availability()
         if self.resume_id:
             self._open_resumed(self.resume_id)
             return
+        # Nothing is written until the first answer: a launch that is quit at once leaves no folder behind.
         self.state = new_state(lang=self.lang, now=self.now, runs_dir=self.runs_dir)
-        save_state(self.state, self.runs_dir)
         self.goto(self.skill.stage_ids[0], first=True)
+
+    @work(thread=True, group="availability")
+    def check_availability(self) -> None:
+        """Whether the real model can be had (a cached copy, a hub, the package index): asked once, at start, so
+        the answer is there by the model stage. Tests (online=False) look at this machine only."""
+        probe = self.online is not False  # HF_HUB_OFFLINE stops the hubs only: the package index is still asked
+        self.post_message(AvailabilityChecked(model_stage.check_availability(self.skill, probe_network=probe)))
+
+    def on_availability_checked(self, message: AvailabilityChecked) -> None:
+        self.availability = message.availability
+        if hasattr(self.screen, "availability_changed"):
+            self.screen.availability_changed()
 
     def _open_resumed(self, run_id: str) -> None:
         from engine.errors import EngineError
@@ -94,6 +124,8 @@ class WizardApp(App):
             self.exit(return_code=2)
             return
         self.state, self.resume_action, self.resume_status = plan.state, plan.action, plan.status
+        if not self.lang_flag and self.state.lang:  # the session's own language, unless --lang says otherwise
+            self.lang = set_language(self.state.lang)
         if self.state.download.get("state") == "running":  # the download died with the previous session
             self.state = self.state.replace(download=dict(self.state.download, state="failed",
                                                           error=t("model.download_interrupted")))
@@ -119,10 +151,16 @@ class WizardApp(App):
     def run_folder(self) -> Path:
         return run_path(self.state, self.runs_dir)
 
+    @property
+    def started(self) -> bool:
+        """Something was answered (or this is a resumed run): the session has a folder to come back to."""
+        return bool(self.state and (self.state.done or self.resume_id))
+
     def commit(self, state: WizardState) -> None:
         """Adopt a new state and save it (atomically) at once: quitting at any point loses nothing."""
         self.state = state
-        save_state(state, self.runs_dir)
+        if self.started:
+            save_state(state, self.runs_dir)
         self.refresh_board()
 
     def goto(self, stage_id: str, *, first: bool = False) -> None:
@@ -210,10 +248,7 @@ class WizardApp(App):
                 self.post_message(FetchProgressed(text, done=True, ok=ok, error=progress.error, target=plan.target))
                 finished.set()
                 return
-            share = f"{100 * progress.downloaded_bytes / progress.total_bytes:.0f}% " if progress.total_bytes else ""
-            self.post_message(FetchProgressed(t("fetch.progress", share=share,
-                                                size=human_bytes(progress.downloaded_bytes),
-                                                rate=human_bytes(progress.rate_bps))))
+            self.post_message(FetchProgressed(fetch_text(progress, human_bytes)))
 
         try:
             start_download(plan.repo_id, source=source, out_dir=plan.target, on_progress=on_progress)
@@ -266,7 +301,7 @@ class WizardApp(App):
 
     # ------------------------------------------------------------------ keys
     def action_quit_wizard(self) -> None:
-        if self.state is not None:
+        if self.state is not None and self.started:
             save_state(self.state, self.runs_dir)
             self.exit_hint = t("app.resume_hint", command=self_command(), run_id=self.state.run_id)
         self.exit()

@@ -65,10 +65,12 @@ class ModelResolved(Message):
         self.outcome, self.plan = outcome, plan
 
 
-class NetworkProbed(Message):
-    def __init__(self, reachable: bool, detail: str) -> None:
+class AvailabilityChecked(Message):
+    """engine.models.availability answered for the skill's real model (posted to the app)."""
+
+    def __init__(self, availability: Any) -> None:
         super().__init__()
-        self.reachable, self.detail = reachable, detail
+        self.availability = availability
 
 
 class FetchProgressed(Message):
@@ -90,6 +92,14 @@ class ConfigChecked(Message):
     def __init__(self, outcome: Any) -> None:
         super().__init__()
         self.outcome = outcome
+
+
+class Measured(Message):
+    """The pre-flight of the config with `key` ended: its engine.measurement.Measurement, or why it failed."""
+
+    def __init__(self, key: str, config: dict, result: Any, error: str | None = None) -> None:
+        super().__init__()
+        self.key, self.config, self.result, self.error = key, config, result, error
 
 
 class RunStarted(Message):
@@ -116,6 +126,22 @@ class ProcessFinished(Message):
     def __init__(self, returncode: int, lines: list[str], result: Any = None) -> None:
         super().__init__()
         self.returncode, self.lines, self.result = returncode, lines, result
+
+
+class InferPlanned(Message):
+    """infer.yaml's content is worked out (max_new_tokens read from the training answers)."""
+
+    def __init__(self, infer: dict) -> None:
+        super().__init__()
+        self.infer = infer
+
+
+class ChatReplied(Message):
+    """The chat's model process printed a line (ready, an answer, an error), or ended."""
+
+    def __init__(self, reply: dict, ended: bool = False) -> None:
+        super().__init__()
+        self.reply, self.ended = reply, ended
 
 
 class BrowserStarted(Message):

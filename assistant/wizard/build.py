@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from assistant.i18n import t
+from assistant.wizard.adapt import adaptations
 from assistant.wizard.skill import Skill
 from assistant.wizard.state import WizardState
 from engine.methods import is_adapter
 
+# Demo sizes with a reason of their own (the others share "reason.demo").
+REASON_KEYS = ("reason.demo_logging_steps", "reason.demo_save_steps", "reason.demo_cutoff_len")
 # finetuning_type written to the config for each method; QLoRA is LoRA on a quantized base.
 METHOD_TYPES: dict[str, str] = {"lora": "lora", "qlora": "lora", "full": "full", "freeze": "freeze"}
 
@@ -42,6 +45,9 @@ class BuiltConfig:
     defaults: dict[str, Any]
     diff: list[DiffRow]
     notes: list[str] = field(default_factory=list)
+    lf_defaults: list[DiffRow] = field(default_factory=list)
+    """Keys the example omits whose default here differs from LLaMA-Factory's: parameter, LLaMA-Factory's value,
+    ours, and why (engine.config.lf_defaults)."""
     rows: int | None = None
     """Training rows after max_samples (None when a dataset's size is unknown)."""
     total_steps: int | None = None
@@ -151,7 +157,8 @@ def _demo_changes(state: WizardState, skill: Skill) -> list[tuple[str, Any, str]
     if state.family != "demo":
         return []
     settings = skill.stage("config").settings
-    changes = [(key, value, t("reason.demo")) for key, value in settings.get("demo_adaptations", {}).items()]
+    changes = [(key, value, t(f"reason.demo_{key}") if f"reason.demo_{key}" in REASON_KEYS else t("reason.demo"))
+               for key, value in settings.get("demo_adaptations", {}).items()]
     rate = settings.get("demo_learning_rate", {}).get(state.method or "lora")
     if rate:
         key = "reason.demo_lr_pref" if skill.training_stage == "dpo" else "reason.demo_lr"
@@ -169,6 +176,7 @@ def _changes(state: WizardState, skill: Skill, defaults: dict) -> list[tuple[str
     changes.append(("output_dir", output_dir_for(state, stage=skill.training_stage), t("reason.output_dir")))
     changes += _device_changes(state, defaults)
     changes += _demo_changes(state, skill)
+    changes += adaptations(state, skill)  # this machine and this data: assistant/wizard/adapt.py
     changes += [(key, value, t("reason.small_data")) for key, value in state.suggestions.items()]
     changes += [(key, value, t("reason.user")) for key, value in state.edits.items()]
     return changes
@@ -183,10 +191,21 @@ def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
     config = _normalize(values)
     diff = [DiffRow(key, defaults.get(key), config[key], reasons.get(key, t("reason.user")))
             for key in config if config[key] != defaults.get(key)]
-    built = BuiltConfig(config, defaults, diff, notes=_continued_adapter_notes(state, skill, config))
+    built = BuiltConfig(config, defaults, diff, notes=_continued_adapter_notes(state, skill, config),
+                        lf_defaults=_lf_default_rows(state.example, config, diff))
     built.rows = training_rows(state, config)
     built.total_steps = total_steps(config, built.rows, devices=device_count(state))
     return built
+
+
+def _lf_default_rows(example, config: dict[str, Any], diff: list[DiffRow]) -> list[DiffRow]:
+    """Where the example leaves a key out and our default is not LLaMA-Factory's, with the reason (the wizard
+    shows them under the diff, as `train --check` lists them)."""
+    from engine.config import default_differences, read_yaml
+
+    changed = {row.parameter for row in diff}
+    return [DiffRow(row.key, row.lf_default, row.ours, row.reason)
+            for row in default_differences(read_yaml(example)) if row.key not in changed and row.key in config]
 
 
 def device_count(state: WizardState) -> int:

@@ -14,13 +14,16 @@ from typing import Any, Literal, Mapping
 import yaml
 
 from engine.errors import ConfigError
+from engine.resources import resource_dir
 
-SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
+SKILLS_DIR = resource_dir("skills")
 
 Mark = Literal["done", "current", "todo", "skipped"]
 # The workflow chosen at the start (question `workflow` of stage 0) -> the skill that runs it. Preference training
 # in all three flavours shares one skill; the flavour becomes pref_loss (skills/dpo/skill.yaml says how).
-WORKFLOW_SKILLS: dict[str, str] = {"sft": "sft", "dpo": "dpo", "orpo": "dpo", "simpo": "dpo"}
+WORKFLOW_SKILLS: dict[str, str] = {"sft": "sft", "dpo": "dpo", "orpo": "dpo", "simpo": "dpo", "pt": "pt", "rm": "rm",
+                                   "kto": "kto"}
+TRAINING_STAGES = ("sft", "dpo", "pt", "rm", "kto")
 MARK_TEXT: dict[str, str] = {"done": "[x]", "current": "[~]", "todo": "[ ]", "skipped": "[-]"}
 
 
@@ -108,15 +111,15 @@ class Skill:
         return None
 
     def board_marks(self, current: str, done: set[str] | list[str], answers: Mapping[str, Any]) -> list[tuple[str, Mark]]:
-        """(board line, mark) for every line: skipped when none of its stages apply, done when all applicable
-        ones are done, current when the current stage belongs to it."""
+        """(board line, mark) for every line: skipped when none of its stages apply, current when the current stage
+        belongs to it, done when all applicable ones are done."""
         done = set(done)
         marks: list[tuple[str, Mark]] = []
         for line in self.board:
             stages = [s.id for s in self.stages if s.board == line and self.applies(s.id, answers)]
             if not stages:
                 marks.append((line, "skipped"))
-            elif current in stages and current not in done:
+            elif current in stages:  # also when it was done before and the user came back to it (Esc)
                 marks.append((line, "current"))
             elif all(s in done for s in stages):
                 marks.append((line, "done"))
@@ -186,12 +189,37 @@ def parse_skill(data: Any, source: str = "skill") -> Skill:
     if len(set(question_ids)) != len(question_ids):
         raise _fail(source, f"question ids repeat: {question_ids}")
     training_stage = data.get("training_stage", "sft")
-    if training_stage not in ("sft", "dpo"):
-        raise _fail(source, f"training_stage {training_stage!r} is not one of sft, dpo")
+    if training_stage not in TRAINING_STAGES:
+        raise _fail(source, f"training_stage {training_stage!r} is not one of {', '.join(TRAINING_STAGES)}")
     workflows = data.get("workflows", ["sft"])
     if not isinstance(workflows, list) or not all(w in WORKFLOW_SKILLS for w in workflows):
         raise _fail(source, f"workflows must be a list of {', '.join(WORKFLOW_SKILLS)}")
     return Skill(str(data.get("name", source)), tuple(board), stages, training_stage, tuple(workflows))
+
+
+def extend(base: dict, child: dict) -> dict:
+    """A skill declared as its differences from another (`extends: sft`): top-level keys replace the base's; each
+    stage named in the child replaces the base stage's keys it gives, with `settings` merged key by key; stages
+    listed under `drop_stages` are left out. Unless the child declares stage 0's questions, its `workflow`
+    question defaults to the child's first workflow."""
+    merged = {key: value for key, value in base.items() if key != "stages"}
+    merged.update({key: value for key, value in child.items() if key not in ("stages", "extends", "drop_stages")})
+    overrides = {stage["id"]: stage for stage in child.get("stages") or [] if isinstance(stage, dict)}
+    dropped = set(child.get("drop_stages") or [])
+    stages = []
+    for stage in base.get("stages") or []:
+        if stage.get("id") in dropped:
+            continue
+        own = overrides.get(stage.get("id"), {})
+        new = dict(stage, **{key: value for key, value in own.items() if key != "settings"})
+        new["settings"] = {**(stage.get("settings") or {}), **(own.get("settings") or {})}
+        stages.append(new)
+    merged["stages"] = stages
+    flow = next((stage for stage in stages if stage["id"] == "flow"), None)
+    if flow is not None and "questions" not in overrides.get("flow", {}) and child.get("workflows"):
+        flow["questions"] = [dict(q, default=child["workflows"][0]) if q.get("id") == "workflow" else q
+                             for q in flow.get("questions") or []]
+    return merged
 
 
 _CACHE: dict[Path, Skill] = {}
@@ -203,7 +231,13 @@ def load_skill(name: str = "sft", *, skills_dir: Path | None = None) -> Skill:
     if path not in _CACHE:
         if not path.is_file():
             raise ConfigError(f"Skill file {path} is missing. Reinstall lf-assistant from a source checkout.")
-        _CACHE[path] = parse_skill(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("extends"), str):
+            base_path = (skills_dir or SKILLS_DIR) / data["extends"] / "skill.yaml"
+            if not base_path.is_file() or data["extends"] == name:
+                raise _fail(str(path), f"extends {data['extends']!r}, which is not a skill here")
+            data = extend(yaml.safe_load(base_path.read_text(encoding="utf-8")), data)
+        _CACHE[path] = parse_skill(data, str(path))
     return _CACHE[path]
 
 

@@ -89,6 +89,11 @@ class WizardState:
     """Values the user accepted from the small-dataset advice (reason given in the diff)."""
     diff: list[dict] = field(default_factory=list)
     """The diff vs. the example, as confirmed: rows {parameter, default, new, reason}."""
+    measured: dict = field(default_factory=dict)
+    """The last pre-flight: {key (the config it measured), result (engine.measurement.Measurement as a dict)}."""
+    fit: dict = field(default_factory=dict)
+    """The pre-flight's proposal in use when the configured micro-batch did not fit:
+    {per_device_train_batch_size, gradient_accumulation_steps, reason}."""
 
     # stage 4: train
     launched: bool = False

@@ -44,6 +44,13 @@ DEFAULT_DIFFERENCES: tuple[DefaultDifference, ...] = (
                       "never continues an unrelated one silently"),
     DefaultDifference("output_dir", "trainer_output", "saves/<model>/<method>/<run_id>",
                       "every run gets its own folder; two runs never share checkpoints"),
+    DefaultDifference("template", "the tokenizer's own chat template (else empty)",
+                      "the model family's LLaMA-Factory template (else the tokenizer's)",
+                      "the named templates render exactly as LLaMA-Factory's examples train; a parsed chat template "
+                      "can differ from them (system prompt, thinking tags)"),
+    DefaultDifference("allow_special_tokens_in_text", "on (control-token text becomes control tokens)", "off",
+                      "a data row cannot forge a turn with text such as <|im_end|>; set it to true for "
+                      "LLaMA-Factory's encoding"),
 )
 
 

@@ -12,7 +12,7 @@ from engine.config.lf_keys import ALL, EXPORT, INFER, TRAIN, Rule, refused, refu
 
 TRAIN_INFER = frozenset({TRAIN, INFER})
 _LOW_MEMORY = "use finetuning_type: lora (or freeze) for low-memory training"
-_ADAMW = "lf-assistant trains with AdamW"
+_ADAMW = "use optim: adamw_torch, adafactor, sgd, ... (Transformers' optimizers)"
 _MULTI_GPU = "use fsdp: full_shard, deepspeed: FILE or cp_size for several GPUs"
 _PREDICT = "use `lf-assistant chat INFER.yaml --prompts FILE --out OUT.jsonl` to generate answers for a prompt list"
 _V1 = "LLaMA-Factory v1's config format"
@@ -31,7 +31,7 @@ LF_KEYS: dict[str, Rule] = {
     **refused("Transformers' GaLore/APOLLO optimizer targets", _ADAMW, optim_target_modules=None),
     **refused("LLaMA-Factory's Adam-mini optimizer", _ADAMW, use_adam_mini=False),
     **refused("LLaMA-Factory's Muon optimizer", _ADAMW, use_muon=False),
-    **refused("the legacy Adafactor switch", _ADAMW, adafactor=False),
+    **refused("the legacy Adafactor switch", "use optim: adafactor", adafactor=False),
     **refused("LLaMA-Factory's DFT loss", "lf-assistant's SFT loss is the token cross-entropy", use_dft_loss=False),
     **refused("LLaMA-Factory's ASFT loss", "lf-assistant's SFT loss is the token cross-entropy",
               use_asft_loss=False, asft_alpha=0.1),
@@ -42,19 +42,6 @@ LF_KEYS: dict[str, Rule] = {
     **refused("LLaMA-Factory's pure bf16 training (no fp32 master weights)", "use bf16: true", pure_bf16=False),
     **refused("LLaMA-Factory's OFT method", "use finetuning_type: lora", module_dropout=0.0, oft_rank=0,
               oft_block_size=32, oft_target="all"),
-    **refused("LLaMA-Factory's PiSSA initialization", "use finetuning_type: lora (standard initialization)",
-              pissa_init=False, pissa_iter=16, pissa_convert=False),
-    **refused("LLaMA-Factory's LoRA+ (a larger learning rate for LoRA's B matrix)",
-              "one learning_rate trains both LoRA matrices", loraplus_lr_ratio=None, loraplus_lr_embedding=1e-6),
-    **refused("rank-stabilized LoRA (rsLoRA)", "scale the adapters with lora_alpha", use_rslora=False),
-    **refused("weight-decomposed LoRA (DoRA)", "use finetuning_type: lora", use_dora=False),
-    **refused("LoRA with extra fully trained modules", "use finetuning_type: full or freeze to train those modules",
-              additional_target=None),
-    **refused("stacking a new adapter on adapter_name_or_path",
-              "merge that adapter with `lf-assistant export`, then train on the merged model",
-              create_new_adapter=False),
-    **refused("freeze training of modules outside the decoder layers",
-              "freeze_trainable_modules picks the modules inside the trained layers", freeze_extra_modules=None),
     **refused("LLaMA-Factory's LLaMA-Pro block expansion", "use finetuning_type: freeze", use_llama_pro=False),
     **refused("LLaMA-Factory's mixture-of-depths (MoD) conversion", None, scope=ALL, mixture_of_depths=None),
     # --- stages and preference training
@@ -102,13 +89,15 @@ LF_KEYS: dict[str, Rule] = {
               video_min_pixels=16 * 16, video_fps=2.0, video_maxlen=128, use_audio_in_video=False,
               audio_sampling_rate=16000, freeze_vision_tower=True, freeze_multi_modal_projector=True,
               freeze_language_model=False),
-    **refused("LLaMA-Factory's vocabulary changes (new tokens, resized embeddings)", None, scope=ALL,
-              resize_vocab=False, split_special_tokens=False, add_tokens=None, add_special_tokens=None,
-              new_special_tokens_config=None, init_special_tokens="noise_init"),
-    **refused("slow (Python) tokenizers", "lf-assistant always uses the fast tokenizer", scope=ALL,
-              use_fast_tokenizer=True),
-    **refused("LLaMA-Factory's RoPE scaling", "use a model whose config.json sets its context length", scope=ALL,
-              rope_scaling=None),
+    **refused("LLaMA-Factory's new tokens (added to the tokenizer and the embeddings)",
+              "resize_vocab: true grows the embeddings to an already larger tokenizer", scope=ALL,
+              split_special_tokens=False, add_tokens=None, add_special_tokens=None, new_special_tokens_config=None,
+              init_special_tokens="noise_init"),
+    **refused("resized embeddings outside training", "a full fine-tune saves its resized embeddings; an adapter "
+              "trained with resize_vocab carries them (additional_target)", scope=frozenset({INFER, EXPORT}),
+              resize_vocab=False),
+    **refused("LLaMA-Factory's RoPE scaling at inference (a doubled context)", "a full fine-tune trained with "
+              "rope_scaling keeps it in its config.json", scope=frozenset({INFER, EXPORT}), rope_scaling=None),
     **refused("LongLoRA's shifted sparse attention (S2-Attn)", None, shift_attn=False),
     **refused("training from random weights", "lf-assistant fine-tunes the weights in model_name_or_path",
               train_from_scratch=False),
@@ -116,22 +105,17 @@ LF_KEYS: dict[str, Rule] = {
               moe_aux_loss_coef=None),
     **refused("LLaMA-Factory's fp32 upcasting of layer norms and the head output", None, upcast_layernorm=False,
               upcast_lmhead_output=False),
-    **refused("a hub revision other than main", "download that revision into a folder and give its path",
-              scope=ALL, model_revision="main"),
     **refused("LLaMA-Factory's adapter_folder", "give the adapter's own folder in adapter_name_or_path",
               scope=ALL, adapter_folder=None),
-    **refused("fp4 quantization", "lf-assistant's QLoRA uses nf4, LLaMA-Factory's default", scope=TRAIN_INFER,
-              quantization_type="nf4"),
-    **refused("QLoRA without double quantization",
-              "lf-assistant's QLoRA always uses double quantization, LLaMA-Factory's default", scope=TRAIN_INFER,
+    **refused("fp4 or single quantization at inference", "chat loads 4-bit bases as nf4 with double "
+              "quantization, LLaMA-Factory's default", scope=frozenset({INFER}), quantization_type="nf4",
               double_quantization=True),
+    **refused("a hub revision other than main outside training", "download that revision into a folder and give "
+              "its path", scope=frozenset({INFER, EXPORT}), model_revision="main"),
     # --- data and templates
-    **refused("LLaMA-Factory's dataset streaming", "datasets are read into memory; use max_samples to cap the rows",
+    **refused("LLaMA-Factory's dataset streaming (rows read lazily while training)", "datasets are read into "
+              "memory: remove streaming (use max_samples to cap the rows, tokenized_path to tokenize once)",
               streaming=False),
-    **refused("interleaved dataset mixing", "datasets are concatenated in the order given; use max_samples to "
-              "balance them", mix_strategy="concat", interleave_probs=None),
-    **refused("LLaMA-Factory's saved tokenized datasets", "datasets named in dataset are tokenized on each run",
-              tokenized_path=None),
     **refused("training on padding tokens", None, ignore_pad_token_for_loss=True),
     **refused("training without shuffling", None, disable_shuffling=False),
     **refused("a data-order seed apart from seed", "seed sets the data order too", data_seed=None),
@@ -147,10 +131,6 @@ LF_KEYS: dict[str, Rule] = {
     **refused("label smoothing", None, label_smoothing_factor=0.0),
     **refused("NEFTune embedding noise", None, neftune_noise_alpha=None),
     **refused("automatic batch size search", "set per_device_train_batch_size", auto_find_batch_size=False),
-    **refused("extra schedule arguments", "use lr_scheduler_type, warmup_steps or warmup_ratio",
-              lr_scheduler_kwargs=None),
-    **refused("extra optimizer arguments", "use weight_decay, adam_beta1, adam_beta2 and adam_epsilon",
-              optim_args=None),
     **refused("per-device loss averaging", "the loss is averaged over every trained token of the step",
               average_tokens_across_devices=True),
     **refused("resuming without skipping the data already seen", None, ignore_data_skip=False),
@@ -217,6 +197,8 @@ LF_KEYS: dict[str, Rule] = {
              "bf16_full_eval", "fp16_full_eval", "do_eval", "generation_max_length", "generation_num_beams",
              "generation_config", "max_length", "include_inputs_for_metrics", "past_index",
              "use_legacy_prediction_loop"),
+    **unused("Transformers 5 always loads the fast tokenizer (it ignores use_fast), in LLaMA-Factory too",
+             "use_fast_tokenizer"),
     **unused("downloads and hub credentials (use `lf-assistant models download` and HF_TOKEN)", "cache_dir",
              "hf_hub_token", "ms_hub_token", "om_hub_token", "hub_token", "hub_private_repo", "hub_model_id",
              "hub_strategy", "hub_always_push", "hub_revision", "push_to_hub_model_id", "push_to_hub_organization",

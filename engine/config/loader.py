@@ -90,6 +90,17 @@ def load(purpose: str, source: str | Path | dict[str, Any], *overrides: str, **k
     return config
 
 
+def load_checked(purpose: str, check, source: str | Path | dict[str, Any], *overrides: str,
+                 **kw_overrides: Any) -> Any:
+    """``load`` followed by ``check(config)`` (a list of problems): ConfigError listing them all, if any."""
+    config = load(purpose, source, *overrides, **kw_overrides)
+    problems = check(config)
+    if problems:
+        label = "config" if isinstance(source, dict) else str(source)
+        raise ConfigError(f"{label} has problems:\n- " + "\n- ".join(problems))
+    return config
+
+
 def _apply_aliases(schema: Schema, data: dict[str, Any]) -> dict[str, Any]:
     out = {key: value for key, value in data.items() if key not in schema.aliases}
     for alias, (target, convert) in schema.aliases.items():

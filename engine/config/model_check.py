@@ -21,6 +21,8 @@ class LinearLayers:
 
     widths: dict[str, tuple[int, int]]
     head: str | None
+    modules: tuple[str, ...] | None = None
+    """Every module's full name (additional_target names whole modules, not only linear ones)."""
 
     def short_names(self) -> list[str]:
         return sorted({name.rsplit(".", 1)[-1] for name in self.widths if name != self.head})
@@ -74,7 +76,7 @@ def _linear_layers(folder: str, stamp: float) -> LinearLayers | None:
     widths = {name: (module.in_features, module.out_features) for name, module in model.named_modules()
               if isinstance(module, torch.nn.Linear)}
     head_name = next((name for name, module in model.named_modules() if module is head), None)
-    return LinearLayers(widths, head_name)
+    return LinearLayers(widths, head_name, tuple(name for name, _ in model.named_modules() if name))
 
 
 def linear_layers(model: str) -> LinearLayers | None:

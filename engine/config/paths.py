@@ -54,3 +54,16 @@ def dataset_dir_of(config: Any) -> Path:
     from engine.data.registry import find_dataset_dir
 
     return find_dataset_dir(config.dataset_dir, config_dir=Path(config.config_dir) if config.config_dir else None)
+
+
+def find_relative_file(path: str, base_dir: Path) -> Path | None:
+    """A file a config names by a relative path: from the working dir, the config's folder, then the config's
+    parent folders (LLaMA-Factory's examples name files relative to its repository root, where its CLI runs:
+    examples/deepspeed/ds_z3_config.json). None when no candidate is a file."""
+    candidate = Path(os.path.expanduser(path))
+    if candidate.is_absolute():
+        return candidate if candidate.is_file() else None
+    for root in (Path.cwd(), base_dir, *base_dir.resolve().parents):
+        if (root / candidate).is_file():
+            return (root / candidate).resolve()
+    return None

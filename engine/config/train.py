@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.fields import internal, opt
+from engine.config.choices import OPTIMIZERS, REFUSED_OPTIMIZERS, REFUSED_SCHEDULES, SCHEDULES
+from engine.data.mixing import MIX_STRATEGIES
 
 BIG = 10**9  # a generous cap on step and row counts: far beyond any real run, far below what breaks arithmetic
 
@@ -24,7 +26,8 @@ class TrainConfig:
         None, "Base model: a local folder or a hub id. Empty means the built-in demo model (lf-tiny-qwen3).",
         section="model")
     adapter_name_or_path: str | None = opt(
-        None, "An existing LoRA adapter to continue training from (folder).", section="model")
+        None, "Existing LoRA adapter folder(s), comma-separated: all but the last are merged into the base, the last "
+        "trains on (create_new_adapter: all merged, a new one trains).", section="model")
     trust_remote_code: bool = opt(
         False, "Run Python code shipped inside the model folder. Only with your explicit consent.", section="model")
     template: str | None = opt(
@@ -35,6 +38,30 @@ class TrainConfig:
         "bnb", "Quantization backend.", choices=("bnb",), section="model",
         choices_note="lf-assistant quantizes on the fly with bitsandbytes (quantization_bit: 4 or 8); LLaMA-Factory's "
         "pre-quantized methods (gptq, awq, aqlm, quanto, eetq, hqq, mxfp4, fp8) are not supported.")
+    quantization_type: str = opt(
+        "nf4", "QLoRA: the 4-bit data type (nf4 or fp4), as bitsandbytes names it.", choices=("nf4", "fp4"),
+        section="model")
+    double_quantization: bool = opt(
+        True, "QLoRA: also quantize the quantization constants (bitsandbytes' double quantization).",
+        section="model")
+    rope_scaling: str | None = opt(
+        None, "Stretch RoPE for a cutoff_len beyond the model's context: linear, dynamic, yarn or llama3, factor "
+        "ceil(cutoff_len / context), as LLaMA-Factory applies it. Nothing changes when cutoff_len fits.",
+        choices=("linear", "dynamic", "yarn", "llama3"), section="model")
+    resize_vocab: bool = opt(
+        False, "Grow the embeddings to the tokenizer's size when it is larger (new rows: the mean plus noise); "
+        "LoRA then also trains the embeddings unless additional_target names other modules.", section="model")
+    flash_attn: str = opt(
+        "auto", "Attention kernel: auto (lf-assistant picks), sdpa, disabled (eager), fa2 / fa3 (FlashAttention, "
+        "CUDA with the flash-attn package; elsewhere the run falls back to auto and says so, as LLaMA-Factory "
+        "does).", choices=("auto", "sdpa", "disabled", "eager", "fa2", "fa3", "flash_attention_2",
+                           "flash_attention_3"), section="model")
+    model_revision: str = opt(
+        "main", "Hub revision (branch, tag or commit) of a hub-id model_name_or_path; ignored for local folders.",
+        section="model")
+    cache_dir: str | None = opt(
+        None, "Where hub downloads (models and datasets) are kept. Empty: the Hugging Face / ModelScope caches.",
+        section="model")
     kernel_config: Any = opt(
         None, "Fused kernels: auto | none | comma list (rms_norm,swiglu,rope,cross_entropy,fused_linear_ce,"
         "gated_delta_rule).", section="model")
@@ -61,6 +88,26 @@ class TrainConfig:
         2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method",
         ge=-100_000, le=100_000)
     freeze_trainable_modules: str = opt("all", "Freeze: which modules inside the trained layers.", section="method")
+    freeze_extra_modules: str | None = opt(
+        None, "Freeze: modules outside the decoder layers that train too (embed_tokens, norm, lm_head, ...); as in "
+        "LLaMA-Factory, every parameter whose name contains one of them.", section="method")
+    use_rslora: bool = opt(False, "LoRA: rank-stabilized scaling, alpha / sqrt(rank) instead of alpha / rank.",
+                           section="method")
+    use_dora: bool = opt(False, "LoRA: DoRA, a trained magnitude vector per adapted layer (weight-decomposed "
+                         "LoRA; slower).", section="method")
+    pissa_init: bool = opt(
+        False, "LoRA: PiSSA, adapters initialised from each weight's principal singular vectors. The result is "
+        "converted to a plain LoRA of the original base (rank doubled) so chat and export load it exactly.",
+        section="method")
+    pissa_iter: int = opt(16, "PiSSA: fast-SVD iterations (-1: exact SVD).", section="method", ge=-1, le=10_000)
+    pissa_convert: bool = opt(False, "PiSSA: also keep the converted adapter in pissa_converted/ (LLaMA-Factory's "
+                              "folder).", section="method")
+    additional_target: str | None = opt(
+        None, "LoRA: modules trained in full beside the adapters and saved with them (e.g. embed_tokens,lm_head).",
+        section="method")
+    create_new_adapter: bool = opt(
+        False, "LoRA with adapter_name_or_path: merge the given adapter(s) into the base and start a new adapter "
+        "(otherwise every one but the last is merged and the last trains on).", section="method")
     pref_beta: float = opt(0.1, "DPO/KTO: the beta (inverse temperature) of the preference loss; ORPO: the weight of "
                            "its odds-ratio term.", section="method", gt=0, le=1000)
     pref_loss: str = opt(
@@ -88,6 +135,16 @@ class TrainConfig:
                           ge=1, le=1 << 20)
     max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset",
                                   ge=1, le=BIG)
+    mix_strategy: str = opt(
+        "concat", "How several datasets are mixed: concat (in order), interleave_under (alternate until the first "
+        "runs out), interleave_over (until the last runs out; shorter ones repeat), interleave_once (every row "
+        "once); as datasets.interleave_datasets does with the seed.", choices=MIX_STRATEGIES, section="dataset")
+    interleave_probs: str | None = opt(
+        None, "Interleaving: the probability of drawing from each dataset (comma-separated, one per dataset, sum "
+        "1). Empty: the datasets alternate.", section="dataset", multi=True)
+    tokenized_path: str | None = opt(
+        None, "A folder for the tokenized data: written on the first run, which then stops (as LLaMA-Factory's "
+        "preprocessing); read instead of the datasets by the runs after it.", section="dataset")
     train_on_prompt: bool = opt(False, "Also train on the prompt tokens.", section="dataset")
     mask_history: bool = opt(False, "Train only the last assistant turn of multi-turn samples.", section="dataset")
     default_system: str | None = opt(
@@ -110,12 +167,17 @@ class TrainConfig:
     val_size: float = opt(0.0, "Share (0-1) or count (>=1) of rows held out for an eval loss.", section="dataset",
                           ge=0, le=BIG)
     packing: bool | None = opt(
-        None, "Pack several samples into one row (no padding). Empty: on for stage pt, off otherwise, as in "
-        "LLaMA-Factory.", section="dataset")
-    neat_packing: bool = opt(False, "Packing without cross-sample attention.", section="dataset")
-    batching_strategy: str = opt(
-        "padded", "How micro-batches are built.", choices=("padded", "bucketed", "packed", "dynamic"),
+        None, "LLaMA-Factory's packing: SFT samples packed into rows of up to cutoff_len tokens, attention across "
+        "a row's samples, per_device_train_batch_size rows per micro-batch (so fewer steps per epoch); pre-training "
+        "text cut into cutoff_len rows. Empty: on for stage pt, off otherwise, as in LLaMA-Factory.",
         section="dataset")
+    neat_packing: bool = opt(False, "LLaMA-Factory's packing without attention across samples (SFT).",
+                             section="dataset")
+    batching_strategy: str = opt(
+        "padded", "lf-assistant's batching: padded; bucketed (similar lengths together); packed (each micro-batch "
+        "as one padding-free row, the same steps as padded, attention within each sample); dynamic (micro-batches "
+        "filled to a token budget). Not to combine with LLaMA-Factory's packing.",
+        choices=("padded", "bucketed", "packed", "dynamic"), section="dataset")
 
     # --- output
     output_dir: str | None = opt(
@@ -143,17 +205,25 @@ class TrainConfig:
     num_train_epochs: float = opt(3.0, "Passes over the data (ignored when max_steps > 0).", ge=0, le=10**6)
     max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: use num_train_epochs).", ge=-1, le=BIG)
     lr_scheduler_type: str = opt(
-        "cosine", "Learning-rate schedule after warmup.",
-        choices=("cosine", "linear", "constant", "constant_with_warmup"),
-        choices_note="Other Transformers schedules (cosine_with_restarts, polynomial, inverse_sqrt, ...) are not "
-        "implemented.")
+        "cosine", "Learning-rate schedule (Transformers' names; warmup from 0, then the schedule).",
+        choices=SCHEDULES, refused=REFUSED_SCHEDULES)
+    lr_scheduler_kwargs: Any = opt(
+        None, "The schedule's own arguments, as in Transformers: num_cycles, min_lr / min_lr_rate, lr_end, power, "
+        "timescale, num_stable_steps, num_decay_steps, warmup_type, decay_type, min_lr_ratio.")
     warmup_ratio: float = opt(0.0, "Share of steps spent warming up.", ge=0, lt=1)
     warmup_steps: int = opt(0, "Warmup steps (overrides warmup_ratio when > 0).", ge=0, le=BIG)
     optim: str = opt(
-        "adamw_torch_fused", "Optimizer: AdamW (adamw_torch and adamw_torch_fused name the same update).",
-        choices=("adamw_torch", "adamw_torch_fused"),
-        choices_note="lf-assistant trains with AdamW; other optimizers (adafactor, 8-bit or paged AdamW, SGD, "
-        "GaLore, ...) are not supported.")
+        "adamw_torch_fused", "Optimizer, as Transformers names it: adamw_torch, adamw_torch_fused (same update, "
+        "one fused kernel), adafactor, sgd, adagrad, rmsprop; on a CUDA GPU also bitsandbytes' adamw_8bit, "
+        "paged_adamw_8bit, lion_8bit, ...", choices=OPTIMIZERS, refused=REFUSED_OPTIMIZERS)
+    optim_args: str | None = opt(
+        None, "Extra optimizer arguments as key=value pairs (sgd: momentum, nesterov; rmsprop: alpha, centered; "
+        "...), as Transformers reads them.")
+    loraplus_lr_ratio: float | None = opt(
+        None, "LoRA+: LoRA's B matrices (and 1-D parameters) train at learning_rate x this ratio (LLaMA-Factory's "
+        "LoRA+; 16 is usual). Empty: off.", section="method", gt=0, le=1e6)
+    loraplus_lr_embedding: float = opt(
+        1e-6, "LoRA+: learning rate of embedding adapters' B matrices.", section="method", gt=0, le=10)
     weight_decay: float = opt(0.0, "AdamW weight decay.", ge=0, le=10)
     adam_beta1: float = opt(0.9, "AdamW beta1.", ge=0, lt=1)
     adam_beta2: float = opt(0.999, "AdamW beta2.", ge=0, lt=1)
@@ -178,7 +248,8 @@ class TrainConfig:
         None, "Processes per node (several devices, or N CPU processes for testing). Empty: from the GPU choice.",
         ge=1, le=1024)
     fsdp: str | None = opt(
-        None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted).")
+        None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted, as a string "
+        "or a list such as [full_shard, auto_wrap]).", multi=True)
 
     # Set by the loader, not YAML keys.
     config_dir: str | None = internal()

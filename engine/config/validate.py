@@ -14,6 +14,7 @@ from engine.config.fields import field_problems
 from engine.config.model_check import local_config, lora_rank_warning, lora_target_problems
 from engine.readers import clip, short_repr
 from engine.config.train import TrainConfig
+from engine.data.kinds import stage_data_problem
 from engine.errors import EngineError
 
 
@@ -60,19 +61,31 @@ def _method_problems(c: TrainConfig) -> list[str]:
     from engine.trackers import missing_packages
 
     problems += missing_packages(c.report_to)
+    from engine.config.method_check import method_problems
+
+    return problems + _optimizer_problems(c) + method_problems(c)
+
+
+def _optimizer_problems(c: TrainConfig) -> list[str]:
+    from engine.config.choices import optimizer_problems, schedule_problems
+
+    problems = optimizer_problems(c) + schedule_problems(c.lr_scheduler_type, c.lr_scheduler_kwargs,
+                                                         c.learning_rate)
+    if c.loraplus_lr_ratio is not None and c.finetuning_type not in ("lora", "qlora"):
+        problems.append(f"loraplus_lr_ratio only applies to LoRA (finetuning_type is {c.finetuning_type}); remove "
+                        "it or use finetuning_type: lora.")
     return problems
 
 
 def _deepspeed_problems(c: TrainConfig) -> list[str]:
+    from engine.config.paths import find_relative_file
     from engine.readers import read_json
 
     problems = []
-    path = Path(c.deepspeed)
-    if not path.is_absolute() and not path.exists():
-        path = c.base_dir() / path
-    if not path.is_file():
-        problems.append(f"deepspeed: config file {clip(c.deepspeed, 200)} not found (looked in the working dir and "
-                        f"{c.base_dir()}).")
+    path = find_relative_file(c.deepspeed, c.base_dir())
+    if path is None:
+        problems.append(f"deepspeed: config file {clip(c.deepspeed, 200)} not found (looked in the working dir, "
+                        f"{c.base_dir()} and the folders above it).")
     else:
         try:
             read_json(path, what="DeepSpeed config")
@@ -85,57 +98,61 @@ def _deepspeed_problems(c: TrainConfig) -> list[str]:
 
 
 def _data_problems(c: TrainConfig) -> list[str]:
+    from engine.data.tokenized import has_tokenized, tokenized_path_problem
+
+    problem = tokenized_path_problem(c.tokenized_path)
+    if problem:
+        return [problem]
+    if c.tokenized_path and has_tokenized(c.tokenized_path):
+        return []  # the saved samples are read; the dataset keys are not (as in LLaMA-Factory)
     if not c.dataset:
         return ["dataset is empty: name one or more datasets from dataset_info.json (for example identity)."]
     from engine.config.paths import dataset_dir_of
-    from engine.data.registry import dataset_file_path, get_dataset_spec
+    from engine.data.registry import get_dataset_spec
 
     try:
         dataset_dir = dataset_dir_of(c)
     except EngineError as exc:
         return [str(exc)]
     names = [n.strip() for n in c.dataset.split(",") if n.strip()]
-    if c.eval_dataset:
-        names += [n.strip() for n in c.eval_dataset.split(",") if n.strip()]
-    problems = []
+    eval_names = [n.strip() for n in (c.eval_dataset or "").split(",") if n.strip()]
+    from engine.data.mixing import mix_problems
+
+    problems = mix_problems(c.mix_strategy, c.interleave_probs, len(names), len(eval_names))
+    names += eval_names
     for name in names:
         try:
             spec = get_dataset_spec(name, dataset_dir)
-            if spec.file_name:
-                dataset_file_path(spec, dataset_dir)
+            _dataset_source_problem(spec, dataset_dir, c.cache_dir)
         except EngineError as exc:
             problems.append(str(exc))
             continue
-        if spec.file_name:
-            try:
-                dataset_file_path(spec, dataset_dir)
-            except EngineError as exc:
-                problems.append(str(exc))
-        problem = _stage_data_problem(c.stage, name, spec)
+        problem = stage_data_problem(c.stage, name, spec)
         if problem:
             problems.append(problem)
     return problems
 
 
-# What each stage reads: preference pairs, KTO-labelled answers, raw text, or conversations.
-_STAGE_DATA = {"dpo": "pairs", "rm": "pairs", "kto": "kto", "pt": "text", "sft": "conversations"}
-_DATA_WORDS = {"pairs": "preference pairs (\"ranking\": true, chosen/rejected)",
-               "kto": "answers labelled desirable or not (a kto_tag column)",
-               "text": "raw text (a text/prompt column, or a .txt file)",
-               "conversations": "conversations with answers"}
+def _dataset_source_problem(spec, dataset_dir, cache_dir) -> None:
+    """Raise what stops a dataset from being read here: a missing file, a multimodal or unreadable hub entry, or a
+    hub dataset that is neither cached nor downloadable (offline). A hub dataset that only needs a download is no
+    problem: training downloads it (`train --check` lists it)."""
+    from engine.data.formats import require_supported
+    from engine.data.registry import dataset_file_path
 
+    require_supported(spec)
+    if spec.is_local:
+        dataset_file_path(spec, dataset_dir)
+        return
+    from engine.data.hub import hub_dataset, is_cached, snapshot_dir
+    from engine.errors import DataError
+    from engine.models.download import is_offline
 
-def _stage_data_problem(stage: str, name: str, spec) -> str | None:
-    """Whether dataset ``name`` holds what ``stage`` trains on, as a sentence when it does not."""
-    has = "pairs" if spec.ranking else "kto" if spec.column("kto_tag") else None
-    wants = _STAGE_DATA.get(stage, "conversations")
-    if wants == "text":
-        return None if has is None else (f"dataset {short_repr(name, 60)} holds {_DATA_WORDS[has]}, but stage pt "
-                                         f"trains on {_DATA_WORDS['text']}.")
-    if has == wants or (has is None and wants == "conversations"):
-        return None
-    held = _DATA_WORDS[has] if has else _DATA_WORDS["conversations"]
-    return f"dataset {short_repr(name, 60)} holds {held}, but stage {stage} needs {_DATA_WORDS[wants]}."
+    ref = hub_dataset(spec)
+    if ref.source != "script" and is_offline() and not is_cached(ref, cache_dir):
+        raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) needs a download and HF_HUB_OFFLINE is set: "
+                        f"it is not in the cache ({snapshot_dir(ref, cache_dir)}). Download it where there is network "
+                        f"(`lf-assistant data download {spec.name}`), or put the file in dataset_dir.")
 
 
 def _template_problems(c: TrainConfig) -> list[str]:
@@ -167,9 +184,9 @@ def _model_problems(c: TrainConfig) -> list[str]:
 
         method = checkpoint_is_quantized(model)
         if method:
-            problems.append(f"model_name_or_path {clip(model, 200)} is a pre-quantized checkpoint "
-                            f"({clip(method, 40)}); lf-assistant trains full-precision weights (QLoRA: "
-                            "quantization_bit: 4 on the unquantized model). Use the model's full-precision version.")
+            from engine.config.method_check import prequantized_problem
+
+            problems.append(prequantized_problem(clip(model, 200), clip(method, 40)))
     if c.quantization_bit:
         from engine.models.offline import cuda_available
 
@@ -178,8 +195,11 @@ def _model_problems(c: TrainConfig) -> list[str]:
                             "Remove quantization_bit to train plain LoRA on CPU.")
         elif importlib.util.find_spec("bitsandbytes") is None:
             problems.append("quantization_bit needs bitsandbytes: `pip install 'lf-assistant[bnb]'`.")
-    if c.finetuning_type in ("lora", "qlora") and not c.adapter_name_or_path:
-        problems += lora_target_problems(model, c.lora_target)
+    if c.finetuning_type in ("lora", "qlora") and (not c.adapter_name_or_path or c.create_new_adapter):
+        from engine.config.method_check import additional_target_problems
+
+        problems += lora_target_problems(model, c.lora_target) + additional_target_problems(model,
+                                                                                             c.additional_target)
     return problems
 
 
@@ -223,7 +243,54 @@ def warnings(config: TrainConfig) -> list[str]:
         warning = lora_rank_warning(config.model_name_or_path, config.lora_target, config.lora_rank)
         if warning:
             out.append(warning)
+    from engine.config.method_check import method_warnings
+
+    out += method_warnings(config)
+    if config.lr_scheduler_type == "constant" and (config.warmup_steps > 0 or config.warmup_ratio > 0):
+        out.append("lr_scheduler_type: constant ignores warmup (as in Transformers); use constant_with_warmup to "
+                   "warm up first.")
     if config.learning_rate > 0.01 and math.isfinite(config.learning_rate):
         out.append(f"learning_rate {config.learning_rate:g} is unusually high for fine-tuning (1e-5 to 5e-4 is usual); "
                    "the loss may diverge.")
     return out
+
+
+def check_notes(config: TrainConfig) -> list[str]:
+    """What `train --check` tells besides problems: which packing trains, where tokenized data comes from, and
+    which hub datasets need a download (and whether they are cached)."""
+    from engine.config.method_check import packing_in_use
+
+    notes = [f"packing: {packing_in_use(config)}"]
+    from engine.data.tokenized import describe, has_tokenized
+
+    if config.tokenized_path:
+        if has_tokenized(config.tokenized_path):
+            saved = describe(config.tokenized_path)
+            notes.append(f"tokenized_path: trains on the samples saved in {config.tokenized_path} "
+                         f"({saved.get('train', '?')} train / {saved.get('eval', '?')} eval); dataset is not read")
+        else:
+            notes.append(f"tokenized_path: this run tokenizes into {config.tokenized_path} and stops there "
+                         "(LLaMA-Factory's preprocessing); the next run trains on it")
+    return notes + dataset_source_notes(config)
+
+
+def dataset_source_notes(config: TrainConfig) -> list[str]:
+    """One line per hub (or script_url) dataset the config names: where it comes from, downloaded or not."""
+    from engine.config.paths import dataset_dir_of
+    from engine.data.hub import download_status
+    from engine.data.registry import get_dataset_spec
+
+    try:
+        dataset_dir = dataset_dir_of(config)
+    except EngineError:
+        return []
+    names = [n.strip() for n in f"{config.dataset or ''},{config.eval_dataset or ''}".split(",") if n.strip()]
+    notes = []
+    for name in dict.fromkeys(names):
+        try:
+            spec = get_dataset_spec(name, dataset_dir)
+        except EngineError:
+            continue
+        if not spec.is_local:
+            notes.append(f"dataset {download_status(spec, config.cache_dir)}")
+    return notes

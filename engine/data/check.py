@@ -104,20 +104,48 @@ def _row_format(row: dict) -> str:
     return "unknown"
 
 
+MEDIA_COLUMNS = ("images", "videos", "audios")
+
+
+def kto_column(rows: list[Any]) -> str | None:
+    """The column holding KTO's desirable/undesirable label: kto_tag, or LLaMA-Factory's demo name label, when
+    every row that has it holds true or false."""
+    for key in ("kto_tag", "label"):
+        values = [row[key] for row in rows[:200] if isinstance(row, dict) and key in row]
+        if values and all(isinstance(value, bool) for value in values):
+            return key
+    return None
+
+
 def spec_for(rows: list[Any], file_format: FileFormat, ranking: bool, name: str) -> DatasetSpec:
     """The dataset_info.json entry that reads these rows (optional columns only when the rows have them)."""
     keys = {key for row in rows if isinstance(row, dict) for key in row}
+    kto = None if ranking else kto_column(rows)
     if file_format == "alpaca":
         columns = {key: key for key in ("system", "history") if key in keys}
         if ranking:
             columns.update(chosen="chosen", rejected="rejected")
+        columns.update({"kto_tag": kto} if kto else {})
         return DatasetSpec(name=name, formatting="alpaca", ranking=ranking, columns=columns)
     columns = {"messages": "messages" if "messages" in keys and "conversations" not in keys else "conversations"}
     columns.update({key: key for key in ("system", "tools") if key in keys})
     if ranking:
         columns.update(chosen="chosen", rejected="rejected")
+    columns.update({"kto_tag": kto} if kto else {})
     tags = dict(OPENAI_TAGS) if file_format == "openai" else {}
     return DatasetSpec(name=name, formatting="sharegpt", ranking=ranking, columns=columns, tags=tags)
+
+
+def media_problems(rows: list[Any], spec: DatasetSpec | None) -> list[Problem]:
+    """One error for rows that carry images, videos or audios: training refuses such a dataset (text only)."""
+    used = [key for key in MEDIA_COLUMNS if (spec is not None and spec.columns.get(key))
+            or any(isinstance(row, dict) and row.get(key) for row in rows)]
+    if not used:
+        return []
+    count = sum(1 for row in rows if isinstance(row, dict) and any(row.get(key) for key in used))
+    return [Problem(None, used[0], f"{count} row(s) carry {', '.join(used)}: LLaMA-Factory's multimodal (image, "
+                    "video, audio) training, which lf-assistant does not support (it trains text-only models); "
+                    "training refuses this file. Use text-only rows.")]
 
 
 def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec | None = None) -> CheckReport:
@@ -141,6 +169,9 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
     if file_format == "unknown":
         problems.append(Problem(None, None, _unknown_format_message(read.rows)))
         return CheckReport(path, file_format, rows, problems)
+    media = media_problems(read.rows, spec)
+    if media:  # every row would fail the same way; say it once
+        return CheckReport(path, file_format, rows, problems + media)
     spec = spec or spec_for(read.rows, file_format, ranking, path.stem)
     problems += _row_problems(read.rows, read.lines, spec)
     problems += _tag_problems(read.rows, spec) + _alias_problems(read.rows, spec)
@@ -302,7 +333,9 @@ def _identical_pair_problems(rows: list[Any], lines: list[int | None], spec: Dat
         chosen, rejected = row[chosen_key], row[rejected_key]
         if isinstance(chosen, dict) and isinstance(rejected, dict):
             chosen, rejected = chosen.get(spec.tag("content_tag")), rejected.get(spec.tag("content_tag"))
-        if chosen and chosen == rejected:
+        # Whitespace alone does not make a different answer (" 10 " and "10" teach the same nothing).
+        same_words = isinstance(chosen, str) and isinstance(rejected, str) and chosen.split() == rejected.split()
+        if chosen and (chosen == rejected or same_words):
             problems.append(Problem(index + 1, chosen_key, "chosen and rejected answers are identical: the pair "
                                     "teaches nothing; fix the rejected answer or remove the row.", "error",
                                     lines[index]))

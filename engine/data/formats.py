@@ -49,8 +49,9 @@ def require_supported(spec: DatasetSpec) -> None:
     """Refuse dataset kinds this text-only SFT/DPO engine cannot train on, before any row is read."""
     used = [key for key in UNSUPPORTED_COLUMNS if spec.columns.get(key)]
     if used:
-        raise DataError(f"Dataset {spec.name!r} uses the {', '.join(used)} column(s): multimodal and KTO datasets "
-                        "are not supported yet. Use a text-only SFT or preference dataset.")
+        raise DataError(f"Dataset {spec.name!r} is multimodal ({', '.join(used)} column): it belongs to "
+                        "LLaMA-Factory's multimodal (image, video, audio) training, which lf-assistant does not "
+                        "support; lf-assistant trains text-only models. Use a text-only dataset.")
 
 
 def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:

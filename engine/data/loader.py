@@ -1,8 +1,8 @@
 """Loading registered datasets into normalized examples (see engine.data.formats for the format).
 
-`load_examples("identity,alpaca_demo", data_dir)` reads each registered file (json, jsonl, csv, parquet, arrow or a
-folder of them), converts every row, and concatenates the datasets in the order given. Everything is offline: an
-entry that only names a hub repository is refused with a message that says so.
+`load_examples("identity,alpaca_demo", data_dir)` reads each registered file (json, jsonl, csv, parquet, arrow, txt or
+a folder of them), or a hub dataset's downloaded copy (engine.data.hub), converts every row, and mixes the datasets
+(engine.data.mixing: concatenated in the order given unless mix_strategy interleaves them).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.data.files import SUFFIX_KINDS, read_rows
 from engine.data.formats import convert_record, convert_text, require_supported
+from engine.data.mixing import mix
 from engine.data.registry import INFO_FILE, DatasetSpec, dataset_file_path, get_dataset_spec
 from engine.errors import DataError
 
@@ -71,8 +72,9 @@ def split_names(dataset: str | list[str]) -> list[str]:
 
 
 def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: int | None = None,
-                  ranking: bool | None = None) -> list[dict]:
-    """Normalized examples of every named dataset, concatenated in the order given.
+                  ranking: bool | None = None, mix_strategy: str = "concat", interleave_probs=None,
+                  seed: int = 42, cache_dir: str | None = None) -> list[dict]:
+    """Normalized examples of every named dataset, mixed as ``mix_strategy`` says (concat: in the order given).
 
     max_samples keeps the first N rows of EACH dataset (LLaMA-Factory's semantics). ranking=True demands
     preference datasets (DPO), ranking=False demands SFT datasets, None accepts either but not a mix.
@@ -81,22 +83,22 @@ def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: i
         raise DataError(f"max_samples must be at least 1, not {max_samples}.")
     specs = [get_dataset_spec(name, Path(dataset_dir)) for name in split_names(dataset)]
     _check_ranking(specs, ranking)
-    examples: list[dict] = []
-    for spec in specs:
-        examples.extend(_load_one(spec, Path(dataset_dir), max_samples))
-    return examples
+    parts = [_load_one(spec, Path(dataset_dir), max_samples, cache_dir=cache_dir) for spec in specs]
+    return mix(parts, mix_strategy, interleave_probs, seed)
 
 
-def load_texts(dataset: str | list[str], dataset_dir: Path, *, max_samples: int | None = None) -> list[str]:
+def load_texts(dataset: str | list[str], dataset_dir: Path, *, max_samples: int | None = None,
+               mix_strategy: str = "concat", interleave_probs=None, seed: int = 42,
+               cache_dir: str | None = None) -> list[str]:
     """Pre-training text of every named dataset (each row's ``prompt`` column, ``text`` by default; .txt files give
-    one row per non-empty line), concatenated in the order given."""
-    texts: list[str] = []
+    one row per non-empty line), mixed as ``mix_strategy`` says."""
+    parts = []
     for name in split_names(dataset):
         spec = get_dataset_spec(name, Path(dataset_dir))
         if spec.ranking:
             raise DataError(f"Dataset {spec.name!r} is a preference dataset; pre-training reads plain text.")
-        texts.extend(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text))
-    return texts
+        parts.append(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text, cache_dir=cache_dir))
+    return mix(parts, mix_strategy, interleave_probs, seed)
 
 
 def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
@@ -113,15 +115,16 @@ def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
                             "one answer per prompt. Use it with stage: dpo, or pick an SFT dataset.")
 
 
-def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, convert=convert_record) -> list:
+def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, convert=convert_record,
+              cache_dir: str | None = None) -> list:
     require_supported(spec)
-    if not spec.is_local:
-        hub = spec.hf_hub_url or spec.ms_hub_url or spec.om_hub_url or spec.script_url or spec.cloud_file_name
-        raise DataError(f"Dataset {spec.name!r} lives at {hub!r} and would need a download; lf-assistant assumes "
-                        "no network for data. Download the file yourself, put it in dataset_dir and register it "
-                        "with file_name.")
-    path = dataset_file_path(spec, dataset_dir)
-    records = read_records(path)
+    if spec.is_local:
+        path = dataset_file_path(spec, dataset_dir)
+        records = read_records(path)
+    else:
+        from engine.data.hub import read_hub_records
+
+        path, records = read_hub_records(spec, dataset_dir, cache_dir)
     if not records:
         raise DataError(f"Dataset {spec.name!r} ({path}) has no rows.")
     indices = _sample_indices(len(records), spec.num_samples)

@@ -80,6 +80,38 @@ class PackedCollator:
         }
 
 
+CROSS_SAMPLE_ATTENTION = "cross_sample_attention"
+"""Batch key of LLaMA-Factory-style packed rows whose attention spans the samples of a row (a marker tensor): the
+model gets the 2-D attention_mask, which keeps transformers from deriving per-sample attention from positions."""
+
+
+class PackedRowsCollator:
+    """Rows of packed samples ([[sample, ...], ...], LLaMA-Factory's packing) -> one right-padded batch of rows:
+    input_ids, labels, position_ids (restarting at each sample; 0 on padding, as there) and attention_mask (real
+    tokens). ``cross_attention``: attention spans each row's samples (LLaMA-Factory's ``packing``); otherwise each
+    sample attends only to itself (``neat_packing``: the loss passes positions without the mask)."""
+
+    def __init__(self, pad_token_id: int, *, cross_attention: bool) -> None:
+        self.pad_token_id, self.cross_attention = pad_token_id, cross_attention
+
+    def __call__(self, rows: list[list[dict]]) -> dict:
+        import torch
+
+        packed = [pack_features(features) for features in rows]
+        length = max(len(row.input_ids) for row in packed)
+        batch: dict[str, list] = {"input_ids": [], "labels": [], "position_ids": [], "attention_mask": []}
+        for row in packed:
+            pad = length - len(row.input_ids)
+            batch["input_ids"].append(row.input_ids + [self.pad_token_id] * pad)
+            batch["labels"].append(row.labels + [IGNORE_INDEX] * pad)
+            batch["position_ids"].append(row.position_ids + [0] * pad)
+            batch["attention_mask"].append([1] * len(row.input_ids) + [0] * pad)
+        out = {key: torch.tensor(value, dtype=torch.long) for key, value in batch.items()}
+        if self.cross_attention:
+            out[CROSS_SAMPLE_ATTENTION] = torch.ones(1, dtype=torch.long)
+        return out
+
+
 def segment_lengths(position_ids: list[int]) -> list[int]:
     """Lengths of the samples in a packed row, read back from its position ids (a new sample starts at 0)."""
     starts = [i for i, pos in enumerate(position_ids) if pos == 0]

@@ -196,6 +196,9 @@ def _read_info(dataset_dir: Path, *, missing_ok: bool = False) -> dict[str, Any]
         raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start}). Save it as UTF-8.") from None
     except OSError as exc:
         raise DataError(f"{path} cannot be read: {exc.strerror or exc}. Check its permissions.") from None
+    if "\x00" in text:
+        raise DataError(f"{path} looks like a binary file, not JSON text. Point dataset_dir at the folder of the "
+                        "real dataset_info.json.")
     reader = JsonReader()
     try:
         data = reader.decode_all(text)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.config.export import EXPORT_DEVICES, ExportConfig
+from engine.config.export import EXPORT_DEVICES, EXPORT_FORMATS, GGUF_QUANTIZATIONS, ExportConfig  # noqa: F401
 from engine.config.fields import field_problems
-from engine.config.loader import load
+from engine.config.loader import load_checked
 from engine.config.model_source import INFER_DTYPES
 from engine.readers import clip
 from engine.errors import ConfigError
@@ -20,12 +20,7 @@ __all__ = ["EXPORT_DEVICES", "ExportConfig", "INFER_DTYPES", "check_export_confi
 
 def load_export_config(source: str | Path | dict[str, Any], *overrides: str, **kw_overrides: Any) -> ExportConfig:
     """An ExportConfig from a YAML path or dict with ``key=value`` overrides; every problem raised at once."""
-    config = load("export", source, *overrides, **kw_overrides)
-    problems = check_export_config(config)
-    if problems:
-        label = "config" if isinstance(source, dict) else str(source)
-        raise ConfigError(f"{label} has problems:\n- " + "\n- ".join(problems))
-    return config
+    return load_checked("export", check_export_config, source, *overrides, **kw_overrides)
 
 
 def check_export_config(config: ExportConfig) -> list[str]:
@@ -53,6 +48,8 @@ def check_export_config(config: ExportConfig) -> list[str]:
         upload = f"hf upload {clip(config.export_hub_model_id, 80)} {clip(config.export_dir or 'EXPORT_DIR', 200)}"
         problems.append(f"export_hub_model_id is not supported: after exporting, upload with `{upload}`. "
                         "Remove the key.")
+    if config.export_quantization is not None and config.export_format != "gguf":
+        problems.append("export_quantization applies to GGUF files only: add export_format: gguf, or remove it.")
     if config.finetuning_type in ("full", "freeze") and config.adapters():
         problems.append(f"finetuning_type is {config.finetuning_type}: its output is a whole model with nothing to "
                         "merge. Remove adapter_name_or_path and set model_name_or_path to the training output_dir.")

@@ -14,10 +14,11 @@ the output side gets its own copy first, so merging changes only what the adapte
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
+from engine.checks import Check  # noqa: F401 - export's name for it
 from engine.errors import ModelError
 from engine.inference.source import attach_adapter
 
@@ -25,20 +26,6 @@ TOP_K_ENTRIES = 8  # entries checked per adapted matrix: the largest |update|, s
 # Logits tolerance relative to the largest reference logit: fp32 merging differs only by summation order (measured
 # ~1e-6 on the demo model); 16-bit weights round the merged sum once more (bf16 has 8 bits of mantissa).
 LOGITS_REL_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
-
-
-@dataclass
-class Check:
-    """One verification, as recorded in lfa_export.json."""
-
-    name: str
-    passed: bool
-    detail: str
-    measured: float | None = None
-    tolerance: float | None = None
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass

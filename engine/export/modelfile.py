@@ -156,12 +156,13 @@ def go_template(parts: ChatParts, bos_token: str | None) -> str:
             + _go_literal(parts.assistant_suffix) + "{{ end }}{{ end }}" + _go_literal(parts.generation_prompt))
 
 
-def write_modelfile(folder: Path, template, tokenizer) -> str | None:
-    """Write <folder>/Modelfile; returns a note when the chat template could not be carried over."""
+def write_modelfile(folder: Path, template, tokenizer, source: str = ".") -> str | None:
+    """Write <folder>/Modelfile whose FROM is `source` (the folder, or a GGUF file in it); returns a note when the
+    chat template could not be carried over."""
     parts = extract_parts(template)
     stops = [w for w in dict.fromkeys([*getattr(template, "stop_words", ()), tokenizer.eos_token]) if w]
     lines = [f"# Ollama: run `ollama create <name> -f Modelfile` in this folder. Chat template: {template.name}.",
-             "FROM ."]
+             f"FROM {source}"]
     note = None
     if parts is None or '"""' in go_template(parts, tokenizer.bos_token) + parts.default_system:
         note = (f"the chat template {template.name!r} does not split into fixed pieces, so the Modelfile has no "

@@ -28,6 +28,7 @@ from engine.jsonio import read_json_dict as _read_json
 EXPORT_RECORD = EXPORT_INFO_FILE
 STEPS = ("checking the config", "loading the tokenizer and template", "loading the model", "merging",
          "writing the weights", "verifying the written files", "writing the tokenizer and Modelfile")
+GGUF_STEP = "writing the GGUF file and comparing it with the export"  # an eighth step with export_format: gguf
 PROBE_PROMPTS = ("Hello! Who are you?", "Explain in one sentence what a Python list is.", "Name three colours.")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -41,13 +42,17 @@ class ExportResult:
     files: list[str]
     checks: list[Check]
     notes: list[str] = field(default_factory=list)
+    gguf: str | None = None
+    """The GGUF file in export_dir (export_format: gguf), which the Modelfile points at."""
 
 
 def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], None] | None = None) -> ExportResult:
     """Export as the config says; raises EngineError (nothing left at export_dir) when anything is refused."""
+    steps = (*STEPS, GGUF_STEP) if config.gguf_quantization() else STEPS
+
     def progress(step: int, text: str | None = None) -> None:
         if on_progress:
-            on_progress(step, len(STEPS), text or STEPS[step - 1])
+            on_progress(step, len(steps), text or steps[step - 1])
 
     progress(1)
     plan, target, source = _plan(config)
@@ -102,6 +107,12 @@ def _plan(config: ExportConfig) -> tuple[ModelPlan, Path, str]:
             f"{plan.base_model} is a quantized checkpoint ({quantized}); merging an adapter into quantized weights "
             "gives a broken model. Point model_name_or_path at the full-precision (16/32-bit) version of the same "
             "model; the adapter, QLoRA ones included, merges into that.")
+    if config.gguf_quantization():
+        from engine.export.gguf import gguf_support_problem
+
+        problem = gguf_support_problem(_read_json(Path(source).expanduser() / "config.json"))
+        if problem:
+            raise ConfigError(problem)
     from engine.config.paths import output_overlap_problems
 
     target = Path(config.export_dir).expanduser().resolve()
@@ -130,12 +141,22 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
     progress(7)
     changes = save_tokenizer(tokenizer, template, staging, padding_side)
     notes += [f"tokenizer: {change}" for change in changes]
-    modelfile_note = write_modelfile(staging, template, tokenizer)
+    gguf_name = None
+    if config.gguf_quantization():
+        from engine.export.gguf_check import export_gguf
+
+        progress(8)
+        gguf_name, gguf_checks = export_gguf(staging, model, tokenizer, template, name=target.name,
+                                             quantization=config.gguf_quantization(),
+                                             progress=lambda text: progress(8, text))
+        checks = checks + gguf_checks
+        _raise_on_failures(gguf_checks, "The GGUF file did not check out, so nothing was exported")
+    modelfile_note = write_modelfile(staging, template, tokenizer, source=f"./{gguf_name}" if gguf_name else ".")
     if modelfile_note:
         notes.append(modelfile_note)
     operation = "merge" if plan.adapters else "re-save"
     result = ExportResult(export_dir=target, operation=operation, template=template.name, files=files,
-                          checks=checks, notes=notes)
+                          checks=checks, notes=notes, gguf=gguf_name)
     record = {
         "export_dir": str(target), "operation": operation, "method": plan.method, "base_model": plan.base_model,
         "adapters_merged": plan.adapters, "template": template.name, "template_origin": plan.template_origin,
@@ -144,6 +165,7 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
         "index": next((p.name for p in staging.glob("*.index.json")), None),
         "tie_word_embeddings": bool(getattr(model.config, "tie_word_embeddings", False)),
         "checks": [c.as_dict() for c in checks], "notes": notes, "created_at": time.time(),
+        "gguf": {"file": gguf_name, "quantization": config.gguf_quantization()} if gguf_name else None,
     }
     write_json_atomic(staging / EXPORT_RECORD, record)
     return result

@@ -209,16 +209,31 @@ class ChatModel:
     def generate_batch(self, conversations: list[Messages], *, system: str | None = None, batch_size: int = 16,
                        on_progress: Callable[[int, int], None] | None = None, **settings) -> list[Generation]:
         """Like batch_chat, with token counts and time per answer."""
+        prompts = [self.encode(messages, system) for messages in conversations]
+        return self._generate(prompts, batch_size, on_progress, settings)
+
+    def complete_batch(self, texts: list[str], *, batch_size: int = 16,
+                       on_progress: Callable[[int, int], None] | None = None, **settings) -> list[Generation]:
+        """Continue each text as it is, without the chat template: what a continued pre-training run (stage pt)
+        learned. The text is encoded as pre-training encodes it (no special tokens added)."""
+        prompts = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        if any(not ids for ids in prompts):
+            raise ConfigError("A completion prompt needs some text.")
+        return self._generate(prompts, batch_size, on_progress, settings)
+
+    def _generate(self, prompts: list[list[int]], batch_size: int,
+                  on_progress: Callable[[int, int], None] | None, settings: dict) -> list[Generation]:
+        """Generate for token-id prompts in batches, reporting (done, total) after each batch."""
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1 (got {batch_size}).")
         resolved = generation_settings(self.config, settings)
-        prompts = [self.encode(messages, system) for messages in conversations]
-        done = [0]
+        done = 0
 
         def on_batch(count: int) -> None:
-            done[0] += count
+            nonlocal done
+            done += count
             if on_progress:
-                on_progress(done[0], len(prompts))
+                on_progress(done, len(prompts))
 
         return self.backend.generate(prompts, resolved, batch_size=batch_size, on_batch=on_batch)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.config.fields import field_problems
 from engine.config.infer import INFER_BACKENDS, InferConfig
-from engine.config.loader import load
+from engine.config.loader import load_checked
 from engine.config.model_source import INFER_DTYPES
 from engine.errors import ConfigError
 from engine.methods import ADAPTER_METHODS  # noqa: F401 - re-exported: which methods write an adapter
@@ -25,12 +25,7 @@ def load_infer_config(source: str | Path | dict[str, Any], *overrides: str, **kw
 
     Relative model and adapter paths stay relative to the working directory, as in LLaMA-Factory.
     """
-    config = load("infer", source, *overrides, **kw_overrides)
-    problems = check_infer_config(config)
-    if problems:
-        label = "config" if isinstance(source, dict) else str(source)
-        raise ConfigError(f"{label} has problems:\n- " + "\n- ".join(problems))
-    return config
+    return load_checked("infer", check_infer_config, source, *overrides, **kw_overrides)
 
 
 def check_infer_config(config: InferConfig) -> list[str]:

@@ -14,6 +14,12 @@ def read_prompts(path: str | Path) -> list[list[dict]]:
     ``.txt``: one prompt per non-empty line. ``.json`` (a list) or ``.jsonl``: rows with ``prompt``, or alpaca
     ``instruction`` (+ ``input``), or OpenAI-style ``messages``, or a bare string.
     """
+    return [conversation for conversation, _reference in read_prompt_rows(path)]
+
+
+def read_prompt_rows(path: str | Path) -> list[tuple[list[dict], str | None]]:
+    """(conversation, reference answer) per prompt: a JSON row's trailing assistant message (or its ``output`` /
+    ``reference``) is the answer it should get, shown beside the model's; None where the row gives none."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"Prompt file {path} does not exist. Give a .txt file with one prompt per line, or .jsonl.")
@@ -23,12 +29,12 @@ def read_prompts(path: str | Path) -> list[list[dict]]:
         raise DataError(f"{path} is not UTF-8 text. Save it as UTF-8.") from None
     if path.suffix.lower() in (".jsonl", ".json"):
         rows = _json_rows(path, text)
-        conversations = [_conversation(row, path, number) for number, row in enumerate(rows, 1)]
+        found = [(_conversation(row, path, number), _reference(row)) for number, row in enumerate(rows, 1)]
     else:
-        conversations = [[{"role": "user", "content": line.strip()}] for line in text.splitlines() if line.strip()]
-    if not conversations:
+        found = [([{"role": "user", "content": line.strip()}], None) for line in text.splitlines() if line.strip()]
+    if not found:
         raise DataError(f"{path} holds no prompts. Write one prompt per line (.txt) or one JSON object per line.")
-    return conversations
+    return found
 
 
 def prompt_text(conversation: list[dict]) -> str:
@@ -85,6 +91,18 @@ def _conversation(row, path: Path, number: int) -> list[dict]:
                 return [{"role": m["role"], "content": m["content"]} for m in messages]
     raise DataError(f"{path} row {number}: expected a string or an object with prompt, instruction or messages "
                     "(each message an object with text role and content, ending with a user message).")
+
+
+def _reference(row) -> str | None:
+    if not isinstance(row, dict):
+        return None
+    for key in ("reference", "output"):
+        if isinstance(row.get(key), str) and row[key].strip():
+            return row[key]
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages and _is_message(messages[-1]) and messages[-1]["role"] == "assistant":
+        return messages[-1]["content"]
+    return None
 
 
 def _is_message(message) -> bool:

@@ -1,10 +1,13 @@
 """Reproducible validation: the same prompts through the fine-tuned model and (optionally) its base, side by side.
 
     python -m engine.inference.validate --infer INFER.yaml --prompts PROMPTS.txt --out RUN_DIR/validation.jsonl [--base]
+        [--completion]
 
 Writes one JSON row per prompt: {"prompt", "base", "tuned", "template", "time_s"} (time_s: the tuned model's share
-of its batch's wall time). Both models see identical prompt token ids: the training template, with the fine-tuned
-folder's tokenizer. Prints ``progress i/n`` lines; exit code 0, or 2 with the reason on stderr.
+of its batch's wall time), and "reference" where the prompt row gives the answer it should get (a held-out row of
+the training data). Both models see identical prompt token ids: the training template, with the fine-tuned
+folder's tokenizer; with --completion (a continued pre-training run) the prompt text itself, continued without
+any template. Prints ``progress i/n`` lines; exit code 0, or 2 with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError, EngineError
 from engine.inference.config import InferConfig, load_infer_config
-from engine.inference.prompts import prompt_text, read_prompts
+from engine.inference.prompts import prompt_text, read_prompt_rows
 from engine.inference.source import ModelPlan, plan_model
 from engine.jsonio import write_text_atomic
 
@@ -71,7 +74,7 @@ def is_validation_output(path: Path) -> bool:
 
 def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str | Path, *, base: bool = False,
                    batch_size: int = 16, on_progress: Callable[[int, int], None] | None = None,
-                   inputs: tuple[str | Path, ...] = ()) -> list[dict]:
+                   inputs: tuple[str | Path, ...] = (), completion: bool = False) -> list[dict]:
     """Generate, write ``out_path`` (JSONL, replaced atomically) and return its rows.
 
     ``out_path`` may not be the prompt file or any of ``inputs`` (e.g. the config file), nor an existing file that
@@ -79,7 +82,8 @@ def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str 
     from engine.inference.chat_model import ChatModel
 
     check_output_path(out_path, [prompts_path, *inputs])
-    conversations = read_prompts(prompts_path)
+    prompt_rows = read_prompt_rows(prompts_path)
+    conversations = [conversation for conversation, _ in prompt_rows]
     tuned_plan = plan_model(config.model_name_or_path, config.adapters(), config.template,
                             finetuning_type=config.finetuning_type)
     comparison = base_plan(tuned_plan) if base else None  # refuse before loading anything
@@ -88,24 +92,27 @@ def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str 
     def progress(offset: int):
         return (lambda done, _n: on_progress(offset + done, total)) if on_progress else None
 
-    model = ChatModel(config, plan=tuned_plan)
-    template_name = model.template_name
-    try:
-        tuned = model.generate_batch(conversations, batch_size=batch_size, on_progress=progress(0))
-    finally:
-        model.close()
+    def generate(plan: ModelPlan, offset: int):
+        model = ChatModel(config, plan=plan)
+        try:
+            if completion:
+                texts = [prompt_text(conversation) for conversation in conversations]
+                return model.complete_batch(texts, batch_size=batch_size, on_progress=progress(offset)), "none"
+            return model.generate_batch(conversations, batch_size=batch_size, on_progress=progress(offset)), \
+                model.template_name
+        finally:
+            model.close()
+
+    tuned, template_name = generate(tuned_plan, 0)
     base_answers = [None] * len(conversations)
     if comparison is not None:
-        base_model = ChatModel(config, plan=comparison)
-        try:
-            base_answers = base_model.generate_batch(conversations, batch_size=batch_size,
-                                                     on_progress=progress(len(conversations)))
-        finally:
-            base_model.close()
+        base_answers, _ = generate(comparison, len(conversations))
     rows = []
-    for conversation, answer, reference in zip(conversations, tuned, base_answers):
+    for (conversation, expected), answer, reference in zip(prompt_rows, tuned, base_answers):
         row = {"prompt": prompt_text(conversation), "base": reference.text if reference else None,
                "tuned": answer.text, "template": template_name, "time_s": round(answer.time_s, 4)}
+        if expected is not None:
+            row["reference"] = expected  # the answer the data gives (a held-out row), shown beside the model's
         if len(conversation) > 1:
             row["messages"] = conversation
         if reference:
@@ -127,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSONL to write, e.g. RUN_DIR/validation.jsonl")
     parser.add_argument("--base", action="store_true", help="also answer with the base model, side by side")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together (default 16)")
+    parser.add_argument("--completion", action="store_true", help="continue each prompt as plain text, without the "
+                        "chat template (a continued pre-training run)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the inference config")
     args = parser.parse_args(argv)
     began = time.perf_counter()
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_infer_config(args.infer, *args.overrides)
         rows = run_validation(config, args.prompts, args.out, base=args.base, batch_size=args.batch_size,
                               on_progress=lambda done, total: print(f"progress {done}/{total}", flush=True),
-                              inputs=(args.infer,))
+                              inputs=(args.infer,), completion=args.completion)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

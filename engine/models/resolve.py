@@ -2,9 +2,10 @@
 
 Rules, first match wins, and the Resolution says which one matched:
 1. `demo`: a built-in demo model name, or a folder holding a demo build.
-2. `registry`: the id, or the folder's name (`./models/Qwen3-4B`, `models--Qwen--Qwen3-4B/snapshots/<rev>`),
-   is in the model registry.
-3. `config.json`: the model folder's `model_type` / `architectures` belong to a known family.
+2. `registry`: the id, or the folder's name (`./models/Qwen3-4B`, `models--Qwen--Qwen3-4B/snapshots/<rev>`), or
+   the registry id a GGUF import recorded in the folder, is in the model registry.
+3. `config.json`: the model folder's `model_type` / `architectures` belong to a known family (unless the
+   model_type is one several families share, like llama, and the chat template names another one).
 4. `chat_template`: the tokenizer's own chat template carries a family's tell-tale tokens.
 A template the user names wins over all of these (rule `user` when nothing else matched), with a warning when it
 differs from what the model suggests: a wrong template is the classic cause of garbled or endless answers.
@@ -21,6 +22,7 @@ from typing import Literal
 from engine.errors import ModelError
 from engine.jsonio import read_json_dict as _read_json
 from engine.models.cache import find_local_model
+from engine.models.gguf_file import IMPORT_RECORD
 from engine.models.registry import FAMILIES, MODELS, ModelEntry, find_model
 
 log = logging.getLogger("engine")
@@ -37,11 +39,15 @@ CHAT_TEMPLATE_SIGNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("glm4", ("[gMASK]<sop>",), "glm4"),
     ("phi4", ("<|im_sep|>",), "phi4"),
     ("mistral", ("[INST]",), "mistral"),
+    ("smollm2", ("<|im_start|>", "named SmolLM"), "smollm2"),
     ("qwen3", ("<|im_start|>", "<think>"), "qwen3"),
     ("qwen2_5", ("<|im_start|>", "You are Qwen, created by Alibaba Cloud"), "qwen2_5"),
     ("qwen2_5", ("<|im_start|>", "You are a helpful assistant"), "qwen"),
     ("qwen2_5", ("<|im_start|>",), "chatml"),
 )
+# config.json model_types that several families share (Llama 3, SmolLM2, Mistral as llama.cpp writes it,
+# DeepSeek-R1-Distill-Llama all say llama): for these the chat template names the family when it disagrees.
+SHARED_MODEL_TYPES = ("llama",)
 _BASE_NAME = re.compile(r"([-_.](base|pt)([-_.]|$))", re.IGNORECASE)
 
 
@@ -105,6 +111,9 @@ def _registry_entry(model: str, folder: Path | None) -> ModelEntry | None:
     entry = find_model(model)
     if entry is not None or folder is None:
         return entry
+    imported = _read_json(folder / IMPORT_RECORD).get("registry_id")  # a folder `models import` wrote
+    if isinstance(imported, str) and find_model(imported) is not None:
+        return find_model(imported)
     for part in (folder.name, folder.parent.parent.name if folder.parent.name == "snapshots" else ""):
         if part.startswith("models--"):  # HF cache folder: models--org--name
             part = part[len("models--"):].replace("--", "/", 1)
@@ -149,6 +158,11 @@ def _detect(model: str, folder: Path | None) -> Resolution | None:
     family = _family_from_config(config) if config else None
     chat = read_chat_template(folder) if folder else None
     by_chat = _family_from_chat_template(chat) if chat else None
+    if family is not None and by_chat and by_chat[1] != FAMILIES[family].template \
+            and config.get("model_type") in SHARED_MODEL_TYPES:
+        return Resolution(by_chat[0], by_chat[1], "chat_template", None,
+                          detail=f"config.json model_type {config.get('model_type')!r} is shared by several families, "
+                                 f"and the tokenizer's chat template uses {FAMILIES[by_chat[0]].display} tokens")
     if family is not None:
         res = Resolution(family, FAMILIES[family].template, "config.json", None,
                          detail=f"config.json model_type {config.get('model_type')!r}")

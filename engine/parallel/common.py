@@ -9,6 +9,7 @@ single process would take on the concatenated batch, whatever the mix of data an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -160,6 +161,11 @@ class DataParallelBase:
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+
+    def micro_batch(self, *, sync: bool):
+        """The context one micro-batch's forward and backward run in; ``sync`` only for a step's last. FSDP2
+        reduce-scatters each backward's own gradient into its shards, which accumulates correctly as it is."""
+        return contextlib.nullcontext()
 
     def wrap_optimizer(self, optimizer):
         return optimizer

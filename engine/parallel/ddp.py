@@ -7,6 +7,8 @@ token-normalised loss gives exactly the single-process gradient of the concatena
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 
@@ -38,4 +40,10 @@ class DDPStrategy(DataParallelBase):
         wrapped = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=False,
                                           forward_sync_buffers=False)
         wrapped.register_comm_hook(None, sum_gradients_hook)
+        self.wrapped = wrapped
         return wrapped
+
+    def micro_batch(self, *, sync: bool):
+        """Every micro-batch but a step's last runs under no_sync: DDP would otherwise reduce the whole accumulated
+        .grad each time, and with summed (not averaged) gradients the earlier micro-batches would count again."""
+        return contextlib.nullcontext() if sync else self.wrapped.no_sync()

@@ -146,7 +146,8 @@ class DeepSpeedStrategy(DataParallelBase):
         return max(all_reduce_sum(step_tokens), 1.0) / self.world_size
 
     def backward(self, loss: torch.Tensor) -> None:
-        # The loss is already normalised over the whole step, accumulation included.
+        # The loss is already normalised over the whole step, accumulation included; the engine decides when to
+        # reduce (gradient_accumulation_steps in its config).
         self.engine.backward(loss, scale_wrt_gas=False)
 
     def clip_grad_norm(self, params, max_norm: float) -> torch.Tensor:

@@ -5,6 +5,7 @@ Each strategy implements engine.parallel.strategy.Strategy, so the training shel
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -52,6 +53,10 @@ class SingleDevice:
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+
+    def micro_batch(self, *, sync: bool):
+        """The context one micro-batch's forward and backward run in (``sync``: the step's last); nothing here."""
+        return contextlib.nullcontext()
 
     def wrap_optimizer(self, optimizer):
         """The optimizer the loop steps (DeepSpeed wraps it in its engine)."""

@@ -46,6 +46,11 @@ class Strategy(Protocol):
     def loss_denominator(self, units: int) -> float:
         """The global step's units: what every micro-batch's summed loss is divided by."""
 
+    def micro_batch(self, *, sync: bool):
+        """A context for one micro-batch's forward and backward; ``sync`` only for a step's last, so gradients
+        accumulate locally and are reduced once (DDP's no_sync otherwise: its SUM hook would add the earlier
+        micro-batches' already-reduced gradients again)."""
+
     def backward(self, loss: torch.Tensor) -> None: ...
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer: ...

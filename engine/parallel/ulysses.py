@@ -272,6 +272,9 @@ class UlyssesStrategy(DataParallelBase):
     def sequence_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return reduce_sum(tensor, self.sp_group)
 
+    def micro_batch(self, *, sync: bool):
+        return self.data_parallel.micro_batch(sync=sync)
+
     def shard_groups(self, groups: list) -> list:
         return self.data_parallel.shard_groups(groups)
 

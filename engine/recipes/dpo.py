@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import sys
 
-from engine.errors import DataError
-from engine.training.loop import split_validation
 from engine.training.preference import (PreferenceSettings, metric_sums, needs_reference, pair_logps,
                                         preference_loss, reference_logps_fn)
 from engine.training.session import Session, disable_dropout, frozen_copy
@@ -30,14 +28,10 @@ def setup(session: Session) -> Task:
     settings = PreferenceSettings.from_config(config)
 
     # 1. Data: preference pairs; the shared prompt is masked, only the two answers are scored.
-    pairs = session.preference_pairs(config.dataset)
-    if not pairs:
-        raise DataError("No preference pair has a trained token on both answers after encoding: raise cutoff_len "
-                        "or check that every row has non-empty chosen and rejected answers.")
-    train_pairs, eval_pairs = split_validation(pairs, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_pairs = session.preference_pairs(config.eval_dataset)
-    logger.info(f"data: {len(pairs)} pairs -> {len(train_pairs)} train / {len(eval_pairs)} eval")
+    train_pairs, eval_pairs = session.train_and_eval(
+        session.preference_pairs, unit="pairs",
+        empty="No preference pair has a trained token on both answers after encoding: raise cutoff_len or check "
+              "that every row has non-empty chosen and rejected answers.")
     if config.packing or config.neat_packing or config.batching_strategy != "padded":
         logger.note("packing / batching_strategy do not apply to preference pairs; using padded micro-batches.")
 

@@ -16,8 +16,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from engine.errors import DataError
-from engine.training.loop import split_validation
 from engine.training.preference import row_logps
 from engine.training.session import Session, disable_dropout, frozen_copy
 from engine.training.task import LossOut, StepContext, Task
@@ -37,17 +35,16 @@ def setup(session: Session) -> Task:
                         f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
         return list(encoded)
 
-    examples = encode(config.dataset)
-    desirable = sum(e["kto_tag"] for e in examples)
-    if not examples:
-        raise DataError("No KTO example has a trained token after encoding: raise cutoff_len.")
-    if desirable in (0, len(examples)):
-        logger.note(f"every example is {'desirable' if desirable else 'undesirable'}: KTO learns from both kinds.")
-    train_examples, eval_examples = split_validation(examples, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_examples = encode(config.eval_dataset)
-    logger.info(f"data: {len(examples)} examples ({desirable} desirable) -> {len(train_examples)} train / "
-                f"{len(eval_examples)} eval")
+    def both_kinds(examples: list[dict]) -> str:
+        desirable = sum(e["kto_tag"] for e in examples)
+        if desirable in (0, len(examples)):
+            logger.note(f"every example is {'desirable' if desirable else 'undesirable'}: KTO learns from both "
+                        "kinds.")
+        return f"{desirable} desirable"
+
+    train_examples, eval_examples = session.train_and_eval(
+        encode, unit="examples", before_split=both_kinds,
+        empty="No KTO example has a trained token after encoding: raise cutoff_len.")
 
     # 2. The policy and its reference.
     base = session.load_base(require_logits=True)

@@ -14,7 +14,6 @@ import sys
 from itertools import chain
 
 from engine.errors import DataError
-from engine.training.loop import split_validation
 from engine.training.loss import causal_lm_loss_sum, trained_tokens
 from engine.training.session import Session
 from engine.training.task import LossOut, Task
@@ -23,24 +22,21 @@ from engine.training.task import LossOut, Task
 def setup(session: Session) -> Task:
     from engine.data import SFTCollator
 
-    config, logger = session.config, session.logger
+    config = session.config
 
     # 1. Data: raw text, tokenized and cut into rows; labels are the inputs themselves.
-    texts = session.load_texts(config.dataset)
-    rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
-                     eos=eos_text(session))
-    if not rows:
-        total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
-        raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} tokens "
-                        "in all): lower cutoff_len, add text, or set packing: false.")
-    samples = [{"input_ids": ids, "labels": list(ids)} for ids in rows]
-    train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_rows = text_rows(session.load_texts(config.eval_dataset), session.tokenizer, config.cutoff_len,
-                              packing=config.packing_enabled, eos=eos_text(session))
-        eval_samples = [{"input_ids": ids, "labels": list(ids)} for ids in eval_rows]
-    logger.info(f"data: {len(texts)} texts -> {len(samples)} rows of up to {config.cutoff_len} tokens -> "
-                f"{len(train_samples)} train / {len(eval_samples)} eval")
+    def encode(names: str) -> list[dict]:
+        texts = session.load_texts(names)
+        rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
+                         eos=eos_text(session))
+        if not rows and names == config.dataset:
+            total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
+            raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} "
+                            "tokens in all): lower cutoff_len, add text, or set packing: false.")
+        return [{"input_ids": ids, "labels": list(ids)} for ids in rows]
+
+    train_samples, eval_samples = session.train_and_eval(encode, unit=f"rows of up to {config.cutoff_len} tokens",
+                                                         empty="The text gives no row to train on.")
 
     # 2. The model; 3. the loss: summed next-token cross-entropy, units are trained tokens.
     model = session.load_policy()

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import EngineError
-from engine.training.loop import split_validation
 from engine.training.loss import model_inputs
 from engine.training.session import Session
 from engine.training.task import LossOut, StepContext, Task
@@ -27,21 +26,25 @@ from engine.training.task import LossOut, StepContext, Task
 SCORE_TOLERANCE = 1e-3  # fp32 reload: the same weights must give the same scores
 
 
-class PositionScores(torch.nn.Module):
-    """The score head at every position of a *ForSequenceClassification model (transformers pools one itself).
-    Scoring every position lets a sequence-parallel slice score its own tokens."""
+class ScoreCapture:
+    """The score head's output at every position, caught on its way through the model's own forward.
+
+    The model is called as the strategy wrapped it (DDP, FSDP2, sequence parallelism all act there); transformers
+    then pools one position itself, which is not what a sequence-parallel slice needs, so the loss reads the
+    per-position scores the hook kept instead."""
 
     def __init__(self, scorer: torch.nn.Module) -> None:
-        super().__init__()
-        self.scorer = scorer
+        classifier = scorer.get_base_model() if hasattr(scorer, "get_base_model") else scorer
+        self.scores: torch.Tensor | None = None
+        classifier.score.register_forward_hook(self._keep)
 
-    def classifier(self) -> torch.nn.Module:
-        return self.scorer.get_base_model() if hasattr(self.scorer, "get_base_model") else self.scorer
+    def _keep(self, _module, _args, output) -> None:
+        self.scores = output
 
-    def forward(self, **inputs) -> torch.Tensor:
-        model = self.classifier()
-        hidden = model.base_model(**inputs, use_cache=False).last_hidden_state
-        return model.score(hidden).squeeze(-1).float()
+    def __call__(self, model, batch: dict) -> torch.Tensor:
+        self.scores = None
+        model(**model_inputs(batch))
+        return self.scores.squeeze(-1).float()
 
 
 class RewardCollator:
@@ -73,26 +76,22 @@ def row_scores(scores: torch.Tensor, batch: dict, context: StepContext) -> torch
 
 
 def setup(session: Session) -> Task:
-    config, logger, tokenizer = session.config, session.logger, session.tokenizer
+    logger, tokenizer = session.logger, session.tokenizer
 
     # 1. Data: preference pairs, both answers scored whole (prompt included: the score reads the conversation).
-    pairs = session.preference_pairs(config.dataset)
-    if not pairs:
-        raise EngineError("No preference pair is left after encoding: raise cutoff_len or check the data.")
-    train_pairs, eval_pairs = split_validation(pairs, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_pairs = session.preference_pairs(config.eval_dataset)
-    logger.info(f"data: {len(pairs)} pairs -> {len(train_pairs)} train / {len(eval_pairs)} eval")
+    train_pairs, eval_pairs = session.train_and_eval(
+        session.preference_pairs, unit="pairs",
+        empty="No preference pair is left after encoding: raise cutoff_len or check the data.")
 
     # 2. The reward model: the base's body with a one-output score head.
     base = session.load_base(head="score")
     base.config.pad_token_id = tokenizer.pad_token_id
-    scorer = session.prepare(base)
-    model = PositionScores(scorer)
+    model = session.prepare(base)
+    scores = ScoreCapture(model)
 
     # 3. The pairwise loss; accuracy and rewards as metrics.
     def loss(train_model, batch: dict, context: StepContext) -> LossOut:
-        rewards = row_scores(train_model(**model_inputs(batch)), batch, context)
+        rewards = row_scores(scores(train_model, batch), batch, context)
         half = rewards.shape[0] // 2
         chosen, rejected = rewards[:half], rewards[half:]
         margin = chosen - rejected
@@ -103,46 +102,70 @@ def setup(session: Session) -> Task:
 
     collate = RewardCollator(tokenizer.pad_token_id)
 
-    def save(folder: Path) -> None:
-        session.method.save(scorer, folder)
-
-    def load(folder: Path) -> None:
-        session.method.load_for_resume(scorer, folder)
-
-    def closing(output_dir: Path) -> dict[str, float]:
+    def closing(output_dir: Path, stepper) -> dict[str, float]:
         held_out = eval_pairs or train_pairs
         if not eval_pairs:
             logger.note("no held-out pairs (val_size: 0): the reloaded reward model was checked on training pairs.")
-        return check_saved_model(output_dir, model, held_out[:64], collate, session)
+        return check_saved_model(output_dir, stepper, scores, held_out[:64], collate, session)
 
     return Task(model=model, train_samples=train_pairs, eval_samples=eval_pairs, collate=collate, loss=loss,
                 units=lambda batch: batch["input_ids"].shape[0] // 2, per_example=True, batching="padded",
-                save=save, load=load, summary_metrics=("accuracy",), closing=closing)
+                summary_metrics=("accuracy",), closing=closing)
 
 
-def check_saved_model(output_dir: Path, trained: PositionScores, pairs: list[dict], collate, session: Session
-                      ) -> dict[str, float]:
+def check_saved_model(output_dir: Path, stepper, scores: ScoreCapture, pairs: list[dict], collate,
+                      session: Session) -> dict[str, float]:
     """Load the saved reward model as a user would (plain transformers, or PEFT for an adapter) and score held-out
-    pairs with transformers' own pooling: the scores must equal the trained model's."""
-    reloaded = load_reward_model(output_dir, session)
+    pairs with transformers' own pooling: the scores must equal the trained model's. Every rank computes the trained
+    scores (the model may be sharded); the main rank loads and compares."""
     batch = {k: v.to(session.device) for k, v in collate(pairs).items()}
-    trained.eval()
+    stepper.task.model.eval()
     with torch.no_grad():
-        expected = row_scores(trained(**model_inputs(batch)), batch, StepContext(sequence_sum=lambda t: t))
+        prepared = stepper.prepare(batch)
+        expected = row_scores(scores(stepper.train_model, prepared), prepared, stepper.context)
+    stepper.task.model.train()
+    if not session.strategy.is_main:
+        return {}
+    reloaded = load_reward_model(output_dir, session)
+    with torch.no_grad():
         got = reloaded(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1)
-    trained.train()
     gap = float((expected - got.float()).abs().max())
     if gap > SCORE_TOLERANCE:
         raise EngineError(f"The saved reward model in {output_dir} does not reproduce the trained scores (largest "
                           f"difference {gap:.2e} > {SCORE_TOLERANCE}); it was not saved correctly.")
     half = got.shape[0] // 2
     accuracy = float((got[:half] > got[half:]).float().mean())
+    if session.logger.enabled:
+        write_scores(session, pairs, got[:half].tolist(), got[half:].tolist())
     session.logger.info(f"reward model reloaded from {output_dir}: scores match (max diff {gap:.1e}); chosen above "
                         f"rejected on {accuracy:.0%} of {half} pairs")
     if accuracy <= 0.5:
         session.logger.note(f"the reward model ranks the chosen answer first on only {accuracy:.0%} of held-out "
                             "pairs: train longer or on more pairs before using it.")
     return {"heldout_accuracy": accuracy}
+
+
+def write_scores(session: Session, pairs: list[dict], chosen: list[float], rejected: list[float]) -> None:
+    """The held-out pairs with the saved model's scores, in the run folder (validation shows them): the prompt
+    and both answers decoded from the tokens that were scored (special tokens left out)."""
+    import json
+
+    from engine.data.encode import IGNORE_INDEX
+    from engine.jsonio import write_text_atomic
+
+    def text(ids: list[int]) -> str:
+        return " ".join(session.tokenizer.decode(ids, skip_special_tokens=True).split())
+
+    rows = []
+    for pair, good, bad in zip(pairs, chosen, rejected):
+        labels = pair["chosen_labels"]
+        prompt = [i for i, label in zip(pair["chosen_input_ids"], labels) if label == IGNORE_INDEX]
+        answer = [i for i, label in zip(pair["chosen_input_ids"], labels) if label != IGNORE_INDEX]
+        worse = [i for i, label in zip(pair["rejected_input_ids"], pair["rejected_labels"]) if label != IGNORE_INDEX]
+        rows.append({"prompt": text(prompt), "chosen": text(answer), "rejected": text(worse),
+                     "chosen_score": round(float(good), 4), "rejected_score": round(float(bad), 4)})
+    write_text_atomic(session.run.held_out_scores_path,
+                      "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def load_reward_model(output_dir: Path, session: Session) -> torch.nn.Module:

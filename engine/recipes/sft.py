@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.errors import ConfigError, EngineError
-from engine.training.loop import split_validation
+from engine.errors import ConfigError
 from engine.training.loss import causal_lm_loss_sum, trained_tokens
 from engine.training.session import Session
 from engine.training.task import LossOut, Task
@@ -21,21 +20,27 @@ from engine.training.task import LossOut, Task
 def setup(session: Session) -> Task:
     from engine.data import SFTCollator, encode_supervised
 
-    config, logger = session.config, session.logger
+    config = session.config
 
-    # 1. Data: conversations encoded with the template, a share held out for the eval loss.
+    # 1. Data: conversations encoded with the template, a share held out for the eval loss (and recorded in the
+    #    run folder, so validation can ask the model those prompts and show the answers it never trained on).
+    # LLaMA-Factory's packing encodes to cutoff_len - 1 and fills rows up to that (engine.training.batching).
+    cutoff_len = config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
+
+    loaded: dict[str, list[dict]] = {}
+
     def encode(names: str) -> list[dict]:
-        return encode_supervised(session.load_examples(names), session.tokenizer, session.template,
-                                 config.cutoff_len, train_on_prompt=config.train_on_prompt,
-                                 mask_history=config.mask_history)
+        loaded[names] = session.load_examples(names)
+        return encode_supervised(loaded[names], session.tokenizer, session.template, cutoff_len,
+                                 train_on_prompt=config.train_on_prompt, mask_history=config.mask_history)
 
-    samples = encode(config.dataset)
-    if not samples:
-        raise EngineError("No sample has a trained token after encoding: check cutoff_len and the data's answers.")
-    train_samples, eval_samples = split_validation(samples, config.val_size, config.seed)
-    if config.eval_dataset:
-        eval_samples = encode(config.eval_dataset)
-    logger.info(f"data: {len(samples)} samples -> {len(train_samples)} train / {len(eval_samples)} eval")
+    def record_held_out(samples: list[dict]) -> None:
+        if not config.eval_dataset:
+            session.record_held_out(loaded[config.dataset], samples)
+
+    train_samples, eval_samples = session.train_and_eval(
+        encode, before_split=record_held_out,
+        empty="No sample has a trained token after encoding: check cutoff_len and the data's answers.")
 
     # 2. The model with the method applied.
     model = session.load_policy()

@@ -14,6 +14,11 @@ The strategies, and what an optimizer step holds in each:
 - ``dynamic``: micro-batches filled by a token budget (``batch_size x cutoff_len`` tokens: the most a padded
   micro-batch can hold), packed into one padding-free row. Steps hold a varying number of samples, so an epoch
   has fewer steps; the loss is still normalised by each step's trained tokens.
+
+LLaMA-Factory's ``packing: true`` (SFT) is none of these: ``LFPackedBatcher`` packs the samples into rows of up to
+``cutoff_len`` tokens first (its greedy knapsack, per chunk of 1,000 samples as its preprocessing maps them), then
+the ROWS are the data: shuffled, ``batch_size`` rows per micro-batch, so an epoch has fewer steps. Attention spans
+the samples of a row (only positions restart), unless ``neat_packing``, which keeps each sample to itself.
 """
 
 from __future__ import annotations
@@ -104,16 +109,78 @@ class DynamicBatcher:
         return self.collate_fn([self.samples[i] for i in indices])
 
 
+# LLaMA-Factory packs the samples of each preprocessing batch (its preprocessing_batch_size default) separately.
+LF_PACKING_CHUNK = 1000
+
+
+def lf_knapsack(lengths: list[int], capacity: int) -> list[list[int]]:
+    """LLaMA-Factory's greedy knapsack on sample lengths: each row takes the longest remaining sample that still
+    fits, until none does. Returns sample indices per row (among equal lengths, the last index first, as there)."""
+    from bisect import bisect
+
+    by_length: dict[int, list[int]] = {}
+    for index, length in enumerate(lengths):
+        by_length.setdefault(length, []).append(index)
+    remaining = sorted(lengths)
+    rows = []
+    while remaining:
+        room, row = capacity, []
+        while True:
+            fit = bisect(remaining, room)
+            if fit == 0:
+                break
+            length = remaining.pop(fit - 1)
+            room -= length
+            row.append(by_length[length].pop())
+        if not row:  # a sample longer than the row: LLaMA-Factory drops it before packing
+            remaining.pop()
+            continue
+        rows.append(row)
+    return rows
+
+
+class LFPackedBatcher:
+    """LLaMA-Factory's ``packing`` for SFT: samples packed into rows of up to ``capacity`` tokens, then the rows
+    shuffled into micro-batches of ``batch_size`` rows (see the module docstring)."""
+
+    def __init__(self, samples: list[dict], pad_token_id: int, batch_size: int, grad_accum: int, seed: int, *,
+                 capacity: int, neat: bool) -> None:
+        from engine.data.packing import PackedRowsCollator
+
+        self.samples, self.batch_size, self.grad_accum, self.seed = samples, batch_size, grad_accum, seed
+        self.collate_fn = PackedRowsCollator(pad_token_id, cross_attention=not neat)
+        self.rows: list[list[int]] = []
+        for start in range(0, len(samples), LF_PACKING_CHUNK):
+            chunk = samples[start:start + LF_PACKING_CHUNK]
+            self.rows += [[start + i for i in row]
+                          for row in lf_knapsack([len(s["input_ids"]) for s in chunk], capacity)]
+
+    def steps_per_epoch(self) -> int:
+        return steps_per_epoch(len(self.rows), self.batch_size, self.grad_accum)
+
+    def groups(self, epoch: int) -> list[list[list[int]]]:
+        """Micro-batches of ROW indices."""
+        return batches_for_epoch(len(self.rows), self.batch_size, self.grad_accum, seed=self.seed + epoch)
+
+    def collate(self, row_indices: list[int]) -> dict:
+        return self.collate_fn([[self.samples[i] for i in self.rows[row]] for row in row_indices])
+
+
 BATCHERS = {"padded": PaddedBatcher, "bucketed": BucketedBatcher, "packed": PackedBatcher,
             "dynamic": DynamicBatcher}
 
 
-def build_batcher(config, samples: list[dict], collate):
-    """The batcher the config asks for; ``packing`` / ``neat_packing`` select ``packed`` (attention never crosses a
-    sample boundary in either: LLaMA-Factory's cross-attending ``packing`` is not offered)."""
+def build_batcher(config, samples: list[dict], collate, pad_token_id: int | None = None):
+    """The batcher the config asks for: LLaMA-Factory's packing for SFT with packing / neat_packing, else the
+    batching_strategy (lf-assistant's own step-preserving ``packed`` among them)."""
     strategy = config.batching_strategy
-    if (config.packing or config.neat_packing) and strategy in ("padded", "bucketed"):
-        strategy = "packed"
+    if config.stage == "sft" and config.packing_enabled:
+        if pad_token_id is None:
+            raise ConfigError("packing needs the tokenizer's pad token id.")
+        # LLaMA-Factory encodes packed samples to cutoff_len - 1 and fills rows up to that.
+        return LFPackedBatcher(samples, pad_token_id, config.per_device_train_batch_size,
+                               config.gradient_accumulation_steps, config.seed, capacity=config.cutoff_len - 1,
+                               neat=config.neat_packing)
     if strategy not in BATCHERS:
         raise ConfigError(f"batching_strategy {strategy!r} is not known; choose one of: {', '.join(BATCHERS)}.")
     args = (samples, collate, config.per_device_train_batch_size, config.gradient_accumulation_steps, config.seed)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.data.collator import shift_labels  # noqa: F401 - the recipes' and tests' name for it
+from engine.data.packing import CROSS_SAMPLE_ATTENTION
 
 
 def base_causal_lm(model):
@@ -23,6 +24,8 @@ def model_inputs(batch: dict) -> dict:
     tokens either). ``use_cache=False`` in the callers matters for the same reason: a KV cache also turns the
     packed-sequence detection off, and training never needs one."""
     keys = ("input_ids", "position_ids") if "position_ids" in batch else ("input_ids", "attention_mask")
+    if CROSS_SAMPLE_ATTENTION in batch:  # LLaMA-Factory's packing: the mask keeps attention across samples
+        keys = ("input_ids", "attention_mask", "position_ids")
     return {k: v for k, v in batch.items() if k in keys}
 
 
@@ -50,7 +53,7 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[to
     """
     labels = batch_targets(batch)
     n_tokens = int((labels != -100).sum())
-    if "position_ids" in batch and batch["input_ids"].shape[0] == 1:
+    if "position_ids" in batch and batch["input_ids"].shape[0] == 1 and CROSS_SAMPLE_ATTENTION not in batch:
         from engine.data.packing import use_packed_attention
 
         use_packed_attention(base_causal_lm(model))  # per-sample attention for packed rows (sdpa models only)
@@ -97,7 +100,10 @@ def causal_inputs(model, batch: dict) -> dict:
     repeated per query head (and no (rows, 1, T, T) mask is built)."""
     inputs = model_inputs(batch)
     mask = inputs.get("attention_mask")
-    if mask is not None and mask.dim() == 2 and is_plain_decoder(model) and right_padded(mask):
+    # Never with position_ids (LLaMA-Factory's packing): without the mask, restarting positions would turn its
+    # attention across samples into attention within each sample.
+    if (mask is not None and mask.dim() == 2 and "position_ids" not in inputs and is_plain_decoder(model)
+            and right_padded(mask)):
         inputs.pop("attention_mask")
     return inputs
 

@@ -4,17 +4,18 @@ the model loaders every stage shares (the policy with its method applied, a froz
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from engine.config import TrainConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, DataError, EngineError
 from engine.methods import Method, count_parameters, get_method
 from engine.rundir import RunDir
-from engine.training.loop import RunLogger
+from engine.training.loop import RunLogger, split_validation
 from engine.training.setup import Precision, choose_precision, resolve_model_path, resolve_template, seed_everything
 
 
@@ -41,7 +42,8 @@ class Session:
         precision = choose_precision(config)
         if precision.note:
             logger.note(precision.note)
-        tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code)
+        tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code,
+                                   revision=config.model_revision, cache_dir=config.cache_dir)
         template = resolve_template(config, model_path, tokenizer)
         logger.info(f"stage {config.stage} | model {model_path} | template {template.name} | method {config.method} "
                     f"| device {precision.device} | precision {precision.autocast_dtype or torch.float32}")
@@ -57,15 +59,90 @@ class Session:
 
         return dataset_dir_of(self.config)
 
+    def data_options(self) -> dict:
+        """How the named datasets are read and mixed (as LLaMA-Factory: per-dataset max_samples, then the mix)."""
+        c = self.config
+        return {"max_samples": c.max_samples, "mix_strategy": c.mix_strategy, "interleave_probs": c.interleave_probs,
+                "seed": c.seed, "cache_dir": c.cache_dir}
+
+    def train_and_eval(self, encode: Callable[[str], list], *, empty: str, unit: str = "samples",
+                       before_split: Callable[[list], str | None] | None = None) -> tuple[list, list]:
+        """Every recipe's data step: ``encode(config.dataset)``, split by val_size (or ``encode(eval_dataset)`` as
+        the eval set), logged, and read from / saved to tokenized_path (see ``tokenized``). DataError(``empty``)
+        when nothing is left; ``before_split(items)`` may check the items and return words for the log line."""
+        config = self.config
+
+        def build() -> tuple[list, list]:
+            items = encode(config.dataset)
+            if not items:
+                raise DataError(empty)
+            detail = before_split(items) if before_split else None
+            train, evaluation = split_validation(items, config.val_size, config.seed)
+            if config.eval_dataset:
+                evaluation = encode(config.eval_dataset)
+            self.logger.info(f"data: {len(items)} {unit}{f' ({detail})' if detail else ''} -> {len(train)} train / "
+                             f"{len(evaluation)} eval")
+            return train, evaluation
+
+        return self.tokenized(build)
+
+    def tokenized(self, build) -> tuple[list[dict], list[dict]]:
+        """The (train, eval) samples ``build()`` encodes, or those saved in tokenized_path. A tokenized_path without
+        saved data is filled with them, and the run ends there (TokenizedDataSaved), as LLaMA-Factory's
+        preprocessing run does; the next run with the same config trains on them."""
+        path, logger = self.config.tokenized_path, self.logger
+        if not path:
+            return build()
+        from engine.data.tokenized import TokenizedDataSaved, has_tokenized, load_tokenized, save_tokenized
+
+        if has_tokenized(path):
+            train, evaluation = load_tokenized(path, self.config.stage)
+            logger.info(f"data: {len(train)} train / {len(evaluation)} eval samples read from tokenized_path {path}; "
+                        "the dataset keys are not read (as in LLaMA-Factory)")
+            return train, evaluation
+        train, evaluation = build()
+        if self.strategy.is_main:
+            c = self.config
+            save_tokenized(path, train, evaluation, {"stage": c.stage, "template": self.template.name,
+                                                     "cutoff_len": c.cutoff_len, "dataset": c.dataset,
+                                                     "eval_dataset": c.eval_dataset, "model": self.model_path})
+        raise TokenizedDataSaved(f"Tokenized data saved at {path} ({len(train)} train / {len(evaluation)} eval "
+                                 "samples); this run stops here, as LLaMA-Factory's preprocessing does. Launch the "
+                                 f"training with tokenized_path: {path} (this config trains on it now).")
+
+    def fetch_hub_datasets(self, names: str) -> None:
+        """Download the named hub datasets the cache lacks (the main process; the others wait), as LLaMA-Factory
+        downloads them when it loads them."""
+        from engine.data.loader import split_names
+        from engine.data.registry import get_dataset_spec
+
+        specs = [get_dataset_spec(name, self.dataset_dir()) for name in split_names(names)]
+        remote = [spec for spec in specs if not spec.is_local and not spec.script_url]
+        if not remote:
+            return
+        failure = None
+        if self.strategy.is_main:
+            from engine.models.dataset_download import ensure_downloaded
+
+            try:
+                for spec in remote:
+                    ensure_downloaded(spec, self.config.cache_dir, log=self.logger.info)
+            except EngineError as exc:
+                failure = exc
+        if self.strategy.any_rank(failure is not None):
+            raise failure or DataError("A hub dataset download failed on the main process; see its log.")
+
     def load_examples(self, names: str, **kwargs) -> list[dict]:
         from engine.data import load_examples
 
-        return load_examples(names, self.dataset_dir(), max_samples=self.config.max_samples, **kwargs)
+        self.fetch_hub_datasets(names)
+        return load_examples(names, self.dataset_dir(), **self.data_options(), **kwargs)
 
     def load_texts(self, names: str) -> list[str]:
         from engine.data import load_texts
 
-        return load_texts(names, self.dataset_dir(), max_samples=self.config.max_samples)
+        self.fetch_hub_datasets(names)
+        return load_texts(names, self.dataset_dir(), **self.data_options())
 
     def preference_pairs(self, names: str) -> list[dict]:
         """Encoded pairs with a trained token on both answers; dropped and identical pairs are reported."""
@@ -87,15 +164,41 @@ class Session:
                         "teach nothing; fix those rows or raise cutoff_len.")
         return [pair for pair in encoded if has_trained_tokens(pair)]
 
+    def record_held_out(self, examples: list[dict], samples) -> None:
+        """Write the examples split_validation held out of ``samples`` (encoded from ``examples``) into the run
+        folder as heldout.jsonl: {messages, system, source} per row, the reference answer last. The split depends
+        only on the count and the seed, so the same call on indices finds them; rows dropped in encoding are
+        matched by their source. Nothing is written when val_size is 0 or the rows cannot be matched."""
+        from engine.jsonio import write_text_atomic
+        from engine.training.loop import split_validation
+
+        if not self.config.val_size or not self.logger.enabled:
+            return
+        dropped = set(getattr(samples, "dropped", []))
+        kept = [example for example in examples if example.get("source") not in dropped]
+        if len(kept) != len(samples):
+            return  # repeated sources (num_samples draws rows twice): which row was held out is ambiguous
+        _train, held = split_validation(list(range(len(samples))), self.config.val_size, self.config.seed)
+        rows = [{"messages": kept[i]["messages"], "system": kept[i].get("system"), "source": kept[i].get("source")}
+                for i in held]
+        write_text_atomic(self.run.held_out_path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                                                                   for row in rows))
+
     def load_base(self, *, require_logits: bool = False, head: str = "causal_lm") -> torch.nn.Module:
         """The base model on the device, with the configured kernels patched in (no method applied yet).
         ``head="score"`` loads it with a fresh one-output score head instead of the LM head (a reward model)."""
         from engine.models.loading import load_model
+        from engine.models.options import LoadOptions, resize_embeddings
 
-        config = self.config
+        config, notes = self.config, []
         model = load_model(self.model_path, dtype="float32" if self.precision.autocast_dtype is None else "auto",
                            device=str(self.device), trust_remote_code=config.trust_remote_code,
-                           quantization_bit=config.quantization_bit, head=head)
+                           quantization_bit=config.quantization_bit, head=head,
+                           options=LoadOptions.from_config(config), notes=notes)
+        if config.resize_vocab:
+            notes.append(resize_embeddings(model, self.tokenizer))
+        for note in notes:
+            self.logger.info(note)
         if config.kernel_config not in (None, "none"):
             from engine.kernels.patch import apply_kernels
 
@@ -106,6 +209,12 @@ class Session:
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """Apply the fine-tuning method, gradient checkpointing and training mode; log what trains."""
+        if self.config.finetuning_type == "freeze":
+            from engine.methods.freeze import layer_note
+
+            note = layer_note(model.config.num_hidden_layers, self.config.freeze_trainable_layers)
+            if note:
+                self.logger.note(note)
         model = self.method.prepare(model, self.config).to(self.device)
         if self.config.gradient_checkpointing:
             model.gradient_checkpointing_enable()

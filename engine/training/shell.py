@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.config import TrainConfig, validate
+from engine.data.tokenized import TokenizedDataSaved
 from engine.errors import ConfigError, EngineError
 from engine.parallel import setup_strategy
 from engine.runstatus import RunState, RunStatus
@@ -61,7 +62,12 @@ def train(config: TrainConfig, run: RunDir, setup, *, on_log=None, stop: StopFla
 def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger, stop: StopFlag) -> RunStatus:
     # 1. The stage's data, model(s) and loss; resumed weights go in before wrapping (FSDP2 shards them).
     session = Session.open(config, run, strategy, logger)
-    task = setup(session)
+    try:
+        task = setup(session)
+    except TokenizedDataSaved as saved:  # a preprocessing run: the data is the result
+        logger.event("tokenized_saved", path=str(config.tokenized_path))
+        logger.info(str(saved))
+        return finish(run, logger, RunState.COMPLETED, 0, str(saved))
     output_dir = Path(config.output_dir)
     if strategy.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -76,12 +82,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
 
     # 2. Steps planned on this rank's share of the data; optimizer and schedule over them.
     plan = StepPlan.build(config, task, strategy)
-    params = [p for p in task.model.parameters() if p.requires_grad]
-    optimizer = strategy.wrap_optimizer(build_optimizer(config, params))
-    scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
-                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio))
-    scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
-    stepper = Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
+    stepper = make_stepper(config, task, plan, session, strategy, train_model)
+    optimizer, scheduler = stepper.optimizer, stepper.scheduler
 
     # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
     position = Position()
@@ -92,6 +94,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         logger.info(f"resumed from {resume_from} at step {position.step}")
     elif config.resume_from_checkpoint:
         logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
+    if strategy.is_main:
+        _note(logger, session.method.begin(task.model, config, output_dir, resumed=bool(resume_from)))
     logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps,
                   output_dir=str(output_dir), template=session.template.name, base_model=session.model_path,
                   device=str(session.device), parallel=strategy.name, world_size=strategy.world_size)
@@ -112,7 +116,11 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     eval_every = config.eval_steps or config.logging_steps * 10
     logger.start_timer(position.step, plan.total_steps)
     step, epoch, start_group = position.step, position.epoch, position.group
-    while step < plan.total_steps and not stop.requested:
+    # The stop decision is taken once per step, by every rank together, and only that decision is acted on: a
+    # signal landing between the agreement and the break would otherwise end one rank a step early (and hang the
+    # others in their next collective).
+    stopping = False
+    while step < plan.total_steps and not stopping:
         groups = plan.groups(epoch)
         for group_index in range(start_group, len(groups)):
             result = stepper.step(groups[group_index])
@@ -124,22 +132,23 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
                         log_now=step % config.logging_steps == 0 or step == plan.total_steps or result.diverged)
             if result.diverged:
                 raise Diverged(diverged_message(step, result, output_dir))
-            if strategy.any_rank(stop.requested or (strategy.is_main and bool(run.stop_requested()))):
-                stop.request(stop.reason or run.stop_requested() or "stopped on another rank")
+            stopping = strategy.any_rank(stop.requested or (strategy.is_main and bool(run.stop_requested())))
+            if stopping and not stop.requested:
+                stop.request(run.stop_requested() or "stopped on another rank")
             last = step >= plan.total_steps
             if task.eval_samples and due(config.eval_strategy, step, eval_every, epoch_end, last):
                 loss, metrics = stepper.evaluate()
                 logger.eval(step, loss, epoch_float, metrics)
             if config.save_strategy != "no" and (due(config.save_strategy, step, config.save_steps, epoch_end,
-                                                     False) or stop.requested):
+                                                     False) or stopping):
                 checkpoint(step, epoch, group_index + 1)
-            if last or stop.requested:
+            if last or stopping:
                 break
         else:
             epoch, start_group = epoch + 1, 0
 
     train_runtime = logger.elapsed()
-    if stop.requested:
+    if stopping:
         logger.event("stopped", step=step)
         if strategy.is_main:
             run.clear_stop_request()
@@ -152,13 +161,13 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         raise EngineError(f"Training finished but the result could not be written to {output_dir}: "
                           f"{exc.strerror or exc}. The newest complete checkpoint there is intact; free space or "
                           "fix permissions, then `lf-assistant resume-train`.") from None
+    closing = task.closing(output_dir, stepper) if task.closing else {}  # every rank: it may run the model
     if not strategy.is_main:
         return RunStatus(state=RunState.COMPLETED, step=step)
     metrics = write_run_outputs(output_dir, tokenizer=session.tokenizer, template=session.template, config=config,
                                 model_path=session.model_path, run=run, stage=config.stage)
-    final = _final_metrics(metrics, task)
-    if task.closing:
-        final.update(task.closing(output_dir))
+    final = {**_final_metrics(metrics, task), **closing}
+    _note(logger, session.method.end(task.model, config, output_dir))
     losses = [m["loss"] for m in metrics if m.get("loss") is not None]
     logger.event("completed", step=step, output_dir=str(output_dir))
     figures = "".join(f", {key} {value:.4f}" for key, value in final.items())
@@ -166,6 +175,11 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
                 f"output in {output_dir}")
     return finish(run, logger, RunState.COMPLETED, step, "completed", final_loss=losses[-1] if losses else None,
                   final_metrics=final, train_runtime_s=train_runtime)
+
+
+def _note(logger: RunLogger, note: str | None) -> None:
+    if note:
+        logger.info(note)
 
 
 def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: str, **fields) -> RunStatus:
@@ -183,6 +197,19 @@ def due(strategy: str, step: int, every: int, epoch_end: bool, last: bool) -> bo
     if strategy == "epoch":
         return epoch_end or last
     return step % every == 0 or last
+
+
+def make_stepper(config: TrainConfig, task: Task, plan: StepPlan, session: Session, strategy,
+                 train_model) -> "Stepper":
+    """The optimizer ``config.optim`` names (through the strategy), its schedule over ``plan`` and the loss scaler,
+    assembled into the Stepper that runs one optimizer step: for training and for the pre-flight alike."""
+    params = [p for p in task.model.parameters() if p.requires_grad]
+    optimizer = strategy.wrap_optimizer(build_optimizer(config, task.model))
+    scheduler = build_scheduler(optimizer, config.lr_scheduler_type, plan.total_steps,
+                                warmup_steps_for(plan.total_steps, config.warmup_steps, config.warmup_ratio),
+                                config.lr_scheduler_kwargs, config.learning_rate)
+    scaler = torch.amp.GradScaler("cuda") if session.precision.autocast_dtype == torch.float16 else None
+    return Stepper(config, task, plan, session, train_model, optimizer, scheduler, scaler, params)
 
 
 def diverged_message(step: int, result: StepResult, output_dir: Path) -> str:
@@ -223,7 +250,8 @@ class StepPlan:
             batcher = PaddedBatcher(task.train_samples, task.collate, config.per_device_train_batch_size,
                                     config.gradient_accumulation_steps, config.seed)
         else:
-            batcher = build_batcher(config, task.train_samples, task.collate)
+            batcher = build_batcher(config, task.train_samples, task.collate,
+                                    pad_token_id=getattr(task.collate, "pad_token_id", None))
         per_epoch = len(strategy.shard_groups(batcher.groups(0)))  # this rank's steps: the global batch is split
         if per_epoch == 0:
             raise EngineError("No training step can be formed from the data: it has no sample left after encoding.")
@@ -268,18 +296,22 @@ class Stepper:
 
     def step(self, micro_ids: list[list[int]]) -> StepResult:
         strategy, autocast = self.strategy, self.session.precision
-        batches = [self.prepare(self.plan.batcher.collate(ids)) for ids in micro_ids]
+        collated = [self.plan.batcher.collate(ids) for ids in micro_ids]
+        batches = [self.prepare(batch) for batch in collated]
         denominator = strategy.loss_denominator(sum(self.units(b) for b in batches))
         loss_seen, metrics = 0.0, {}
-        for batch in batches:
-            with autocast_context(autocast):
-                out = self.task.loss(self.train_model, batch, self.context)
-                loss = out.loss / denominator
-            strategy.backward(self.scaler.scale(loss) if self.scaler else loss)
-            if self.counts:
-                loss_seen += float(out.loss.detach())
-                for key, value in out.metrics.items():
-                    metrics[key] = metrics.get(key, 0.0) + value
+        for index, batch in enumerate(batches):
+            with strategy.micro_batch(sync=index == len(batches) - 1):
+                with autocast_context(autocast):
+                    out = self.task.loss(self.train_model, batch, self.context)
+                    loss = out.loss / denominator
+                strategy.backward(self.scaler.scale(loss) if self.scaler else loss)
+            # Every rank adds the same metric keys (they are all-reduced one by one); a rank that does not count
+            # (a second sequence-parallel rank of per-example units) adds zeros.
+            weight = 1.0 if self.counts else 0.0
+            loss_seen += weight * float(out.loss.detach())
+            for key, value in out.metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + weight * value
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         grad_norm = float(strategy.clip_grad_norm(self.params, self.config.max_grad_norm))
@@ -299,8 +331,11 @@ class Stepper:
             self.optimizer.zero_grad(set_to_none=True)
         metrics = self.means({key: strategy.sum_across_ranks(value) for key, value in sorted(metrics.items())},
                              denominator)
-        inputs = int(strategy.sum_across_ranks(sum(input_token_count(b) for b in batches)))
-        trained = int(strategy.sum_across_ranks(sum(trained_tokens(b) for b in batches)))
+        # Token counts from the whole micro-batches, once per replica (a sequence-parallel slice carries padding
+        # to a multiple of the group size).
+        first = strategy.sp_rank == 0
+        inputs = int(strategy.sum_across_ranks(sum(input_token_count(b) for b in collated) if first else 0))
+        trained = int(strategy.sum_across_ranks(sum(trained_tokens(b) for b in collated) if first else 0))
         return StepResult(step_loss, grad_norm, inputs, trained, metrics, diverged)
 
     def evaluate(self) -> tuple[float, dict[str, float]]:
@@ -313,10 +348,10 @@ class Stepper:
             for start in range(0, len(task.eval_samples), size):
                 batch = self.prepare(task.collate(task.eval_samples[start:start + size]))
                 out = task.loss(self.train_model, batch, self.context)
-                if self.counts:
-                    loss_sum, units = loss_sum + float(out.loss), units + task.units(batch)
-                    for key, value in out.metrics.items():
-                        metrics[key] = metrics.get(key, 0.0) + value
+                weight = 1.0 if self.counts else 0.0
+                loss_sum, units = loss_sum + weight * float(out.loss), units + int(weight) * task.units(batch)
+                for key, value in out.metrics.items():
+                    metrics[key] = metrics.get(key, 0.0) + weight * value
         model.train()
         total = max(self.strategy.sum_across_ranks(units), 1)
         sums = {key: self.strategy.sum_across_ranks(value) for key, value in sorted(metrics.items())}

@@ -66,6 +66,8 @@ class Task:
     metrics averaged over part of the units (KTO's rewards over the desirable examples only)."""
     summary_metrics: tuple[str, ...] = ()
     """Metric names whose last logged value goes into status.json's final_metrics."""
-    closing: Callable[[Path], dict[str, Any]] | None = None
-    """Run after the final save on the main rank (e.g. the reward model's held-out check); returns figures for
-    final_metrics, or raises EngineError to fail the run."""
+    closing: Callable[[Path, Any], dict[str, Any]] | None = None
+    """Run on every rank after the final save, with the shell's Stepper (its wrapped model, context and batch
+    preparation, so the model can still run in step with the other ranks): e.g. the reward model's check that the
+    saved result reproduces the trained scores. Returns figures for final_metrics (the main rank's are kept), or
+    raises EngineError to fail the run."""

@@ -46,7 +46,7 @@ def runs(tmp_path) -> Path:
         run = RunDir(root / run_id)
         run.update_status(state=state, run_id=run_id, model=model, method=method, stage="sft", step=step,
                           total_steps=120, started_at=time.time(), loss=loss, exit_reason="boom" if loss is None
-                          else None, pid=None)
+                          else None)
         if loss is not None:
             run.append_metric({"step": step, "loss": loss})
     return root

@@ -115,9 +115,9 @@ def test_whole_file_problems_raise_one_clear_error(tmp_path):
     (tmp_path / "binary.json").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "gbk.json").write_bytes('[{"instruction": "你好", "output": "好"}]'.encode("gbk"))
     (tmp_path / "object.json").write_text('{"instruction": "a", "output": "b"}')
-    (tmp_path / "data.txt").write_text("hello")
+    (tmp_path / "data.xml").write_text("<a/>")
     cases = {"empty.json": "is empty", "binary.json": "binary", "gbk.json": "not UTF-8", "missing.json": "does not "
-             "exist", "object.json": "single JSON object", "data.txt": "unsupported file type", ".": "is a folder"}
+             "exist", "object.json": "single JSON object", "data.xml": "unsupported file type", ".": "is a folder"}
     for name, message in cases.items():
         with pytest.raises(DataError, match=message):
             check_file(tmp_path / name)

@@ -145,9 +145,9 @@ def test_ranking_examples_and_stage_checks(make_dataset):
         load_examples("pref,sft", folder)
 
 
-def test_hub_only_entries_are_refused_offline(tmp_path):
+def test_hub_entries_not_downloaded_say_how_to_download(tmp_path):
     (tmp_path / "dataset_info.json").write_text(json.dumps({"alpaca_en": {"hf_hub_url": "llamafactory/alpaca_en"}}))
-    with pytest.raises(DataError, match="would need a download"):
+    with pytest.raises(DataError, match="needs a download .* `lf-assistant data download alpaca_en`"):
         load_examples("alpaca_en", tmp_path)
 
 

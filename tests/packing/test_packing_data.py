@@ -10,8 +10,8 @@ from engine.data import IGNORE_INDEX, SFTCollator
 from engine.data.packing import (PackedCollator, best_fit_decreasing, pack_features, padding_efficiency,
                                  segment_lengths)
 from engine.errors import ConfigError
-from engine.training.batching import (BATCHERS, BucketedBatcher, DynamicBatcher, PackedBatcher, PaddedBatcher,
-                                      build_batcher)
+from engine.training.batching import (BATCHERS, BucketedBatcher, DynamicBatcher, LFPackedBatcher, PackedBatcher,
+                                      PaddedBatcher, build_batcher)
 
 
 def skewed_samples(count: int, seed: int = 0, longest: int = 200) -> list[dict]:
@@ -126,10 +126,12 @@ def test_dynamic_batches_respect_the_token_budget():
 
 def test_build_batcher_follows_the_config():
     samples = skewed_samples(40)
-    pick = lambda **kw: build_batcher(TrainConfig(**kw), samples, SFTCollator(0))  # noqa: E731
+    pick = lambda **kw: build_batcher(TrainConfig(**kw), samples, SFTCollator(0), pad_token_id=0)  # noqa: E731
     assert type(pick()) is PaddedBatcher
-    assert type(pick(packing=True)) is PackedBatcher
-    assert type(pick(neat_packing=True, batching_strategy="bucketed")) is PackedBatcher
+    assert type(pick(batching_strategy="packed")) is PackedBatcher
+    assert type(pick(packing=True)) is LFPackedBatcher  # LLaMA-Factory's packing: rows of cutoff_len
+    assert type(pick(neat_packing=True)) is LFPackedBatcher and not pick(neat_packing=True).collate_fn.cross_attention
+    assert type(pick(packing=True, stage="pt")) is PaddedBatcher  # pre-training rows are made by the recipe
     assert type(pick(batching_strategy="bucketed")) is BucketedBatcher
     dynamic = pick(batching_strategy="dynamic", per_device_train_batch_size=3, cutoff_len=256)
     assert type(dynamic) is DynamicBatcher and dynamic.token_budget == 3 * 256
@@ -137,4 +139,5 @@ def test_build_batcher_follows_the_config():
     config.batching_strategy = "sorted"
     with pytest.raises(ConfigError, match="padded, bucketed, packed, dynamic"):
         build_batcher(config, samples, SFTCollator(0))
-    assert torch.equal(pick(packing=True).collate([0])["position_ids"][0], torch.arange(len(samples[0]["input_ids"])))
+    packed = pick(batching_strategy="packed").collate([0])["position_ids"][0]
+    assert torch.equal(packed, torch.arange(len(samples[0]["input_ids"])))

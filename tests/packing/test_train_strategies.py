@@ -29,7 +29,7 @@ def run(model_dir, tmp_path, name, **over):
 
 def test_packed_training_reproduces_padded_training(demo_model_dir, tmp_path):
     padded_status, padded_metrics, padded_weights = run(demo_model_dir, tmp_path, "padded")
-    packed_status, packed_metrics, packed_weights = run(demo_model_dir, tmp_path, "packed", packing=True)
+    packed_status, packed_metrics, packed_weights = run(demo_model_dir, tmp_path, "packed", batching_strategy="packed")
     assert [m["loss"] for m in packed_metrics] == pytest.approx([m["loss"] for m in padded_metrics], abs=1e-5)
     # The same real tokens were seen; only padding is gone.
     assert packed_status.num_input_tokens_seen == padded_status.num_input_tokens_seen

@@ -43,16 +43,16 @@ def stage_config(stage: str, model_dir: str, out: Path, **over) -> dict:
 
 
 class StopOnRankOne(StopFlag):
-    """A stop that only rank 1 sees, after its first step: every rank must still end on the same step."""
+    """A stop that only rank 1 sees, from its second step on: every rank must still end on the same step."""
 
     def __init__(self) -> None:
         super().__init__()
         self.checks = 0
 
     @property
-    def requested(self) -> bool:  # the shell reads it once per step, after the step
+    def requested(self) -> bool:  # the shell reads it once per step, after the step, when the ranks agree
         self.checks += 1
-        return self._requested or (int(os.environ["RANK"]) == 1 and self.checks > 2)
+        return self._requested or (int(os.environ["RANK"]) == 1 and self.checks > 1)
 
     @requested.setter
     def requested(self, value: bool) -> None:

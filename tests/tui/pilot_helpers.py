@@ -52,3 +52,11 @@ def messages(app) -> str:
     from textual.widgets import Static
 
     return str(app.screen.query_one("#messages", Static).render())
+
+
+def choose_datasets(app, *names: str) -> None:
+    """On the data stage: exactly `names` selected (the recommended datasets are preselected)."""
+    widget = app.screen.query_one("#datasets")
+    widget.deselect_all()
+    for name in names:
+        widget.select(name)

@@ -2,7 +2,7 @@
 
 import json
 
-from pilot_helpers import SIZE, busy_gpus, make_app, messages, on_screen, wait_until
+from pilot_helpers import SIZE, busy_gpus, choose_datasets, make_app, messages, on_screen, wait_until
 
 
 async def _to_screen(pilot, app, name: str) -> None:
@@ -11,7 +11,7 @@ async def _to_screen(pilot, app, name: str) -> None:
         current = type(app.screen).__name__
         if current == "DataScreen":
             await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-            app.screen.query_one("#datasets").select("alpaca_demo")
+            choose_datasets(app, "alpaca_demo")
         if current == "ModelScreen":
             await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
         if current == "GpuScreen":

@@ -4,7 +4,7 @@ LoRA run on the demo model that ends completed with its reward metrics; SFT-only
 import json
 
 import yaml
-from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
+from pilot_helpers import SIZE, choose_datasets, make_app, messages, on_screen, wait_until
 from textual.widgets import RadioButton, Static
 
 
@@ -33,10 +33,10 @@ async def test_dpo_walk_on_the_demo_model_completes_with_reward_metrics(workspac
     async with app.run_test(size=SIZE) as pilot:
         await _choose_dpo(pilot, app, sft_only=True)
         await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-        assert [row.name for row in app.screen.listing] == ["dpo_demo"]
+        assert [row.name for row in app.screen.listing] == ["dpo_demo", "rm_demo"]
         assert "alpaca_demo" in _text(app, "#hidden-note") and "hidden" in _text(app, "#hidden-note")
+        assert list(app.screen.query_one("#datasets").selected) == ["dpo_demo"]  # the recommended pairs
         app.screen.query_one("#datasets").focus()
-        await pilot.press("space")
         await wait_until(pilot, lambda: "✗ rejected" in _text(app, "#preview"), what="pair preview")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.state.model_path, what="model")
@@ -105,6 +105,8 @@ async def test_sft_only_data_is_refused_for_dpo(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
         await _choose_dpo(pilot, app, sft_only=False)
+        await wait_until(pilot, lambda: app.screen.counts, what="row counts")
+        choose_datasets(app)
         await pilot.press("ctrl+n")  # nothing selected
         await wait_until(pilot, lambda: "Select at least one dataset" in messages(app), what="refusal")
         app.screen.query_one("#q-data_source").choose("custom")

@@ -3,13 +3,13 @@
 import shutil
 
 import pytest
-from pilot_helpers import SIZE, make_app, on_screen, wait_until
+from pilot_helpers import SIZE, choose_datasets, make_app, on_screen, wait_until
 
 
 async def _to_model_screen(pilot, app):
     await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts)
-    app.screen.query_one("#datasets").select("alpaca_demo")
+    choose_datasets(app, "alpaca_demo")
     await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "ModelScreen"))
 

@@ -2,16 +2,25 @@
 
 import json
 
+import pytest
 import yaml
 from pilot_helpers import SIZE, make_app, on_screen, wait_until
+from engine.rundir import RunDir
 
 
 async def _answer_until_training(pilot, app):
     await pilot.press("ctrl+n")  # stage 0 defaults: full flow, run here, LoRA
     await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts, what="data listed")
-    app.screen.query_one("#datasets").focus()
-    await pilot.press("space", "ctrl+n")  # identity, which has {{name}} and {{author}}
+    datasets = app.screen.query_one("#datasets")
+    assert list(datasets.selected) == ["identity"]  # preselected: it has {{name}} and {{author}}
+    datasets.focus()
+    await pilot.press("space", "space")  # Space toggles it off and on again
+    assert list(datasets.selected) == ["identity"]
+    await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "AskValues"), what="placeholder values asked")
+    assert app.screen.query_one("#value-1").value == "Nova"  # suggested; the user types their own
+    app.screen.query_one("#value-0").value = ""
+    app.screen.query_one("#value-1").value = ""
     await pilot.press(*"Lab", "enter", *"Ada", "enter")
     await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.state.model_path, what="model")
     await pilot.press("ctrl+n")
@@ -20,6 +29,7 @@ async def _answer_until_training(pilot, app):
     await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), what="config")
     # Enter on a row of the parameter table edits it in place
     table = app.screen.query_one("#params")
+    table.focus()
     table.move_cursor(row=list(app.screen.built.config).index("lora_rank") if app.screen.show_all else
                       app.screen.stage.settings["key_params"].index("lora_rank"))
     await pilot.press("enter")
@@ -27,12 +37,13 @@ async def _answer_until_training(pilot, app):
     await pilot.press(*"4", "enter")
     await wait_until(pilot, lambda: on_screen(app, "ConfigScreen") and app.state.edits == {"lora_rank": 4})
     await pilot.press("ctrl+n")
-    await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="sft.yaml table")
+    await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), timeout=180, what="sft.yaml table")
     rows = dict(app.screen.rows)
     await pilot.press("y")
     return rows
 
 
+@pytest.mark.slow  # ~3 min on 2 cores; tests/tui/test_one_key.py walks the same flow in the default suite
 async def test_full_flow_trains_validates_and_exports(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
@@ -47,20 +58,24 @@ async def test_full_flow_trains_validates_and_exports(workspace):
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="infer.yaml table")
         infer_rows = dict(app.screen.rows)
-        await pilot.press("y")
-        await wait_until(pilot, lambda: on_screen(app, "ValidateScreen") and app.screen.query_one("#prompts-box").display)
-        app.screen.query_one("#prompts").text = "Who are you?\nWhat is your name?"
-        await pilot.press("tab", "enter")  # from the prompts to the Run button
+        await pilot.press("y")  # confirming runs the validation at once, on the suggested prompts
         await wait_until(pilot, lambda: app.state.validated, timeout=240, what="validation")
+        app.screen.query_one("#prompts").text = "Who are you?\nWhat is your name?"
+        app.screen.query_one("#run").press()  # and again on the user's own
+
+        def prompts_answered():
+            answers = workspace / "lf_runs" / app.state.run_id / "validation.jsonl"
+            return answers.is_file() and '"What is your name?"' in answers.read_text()
+
+        await wait_until(pilot, prompts_answered, timeout=240, what="validation again")
+        await wait_until(pilot, lambda: not app.screen.query_one("#run").disabled, what="the run to be shown")
         assert "lf-assistant chat lf_runs/" in str(app.screen.query_one("#chat-again").render())
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ExportScreen"))
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="export.yaml table")
         export_rows = dict(app.screen.rows)
-        await pilot.press("y")
-        await wait_until(pilot, lambda: on_screen(app, "ExportScreen") and app.screen.query_one("#run").display)
-        await pilot.press("enter")
+        await pilot.press("y")  # confirming runs the export
         await wait_until(pilot, lambda: app.state.exported, timeout=240, what="export")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "SummaryScreen"))
@@ -73,8 +88,8 @@ async def test_full_flow_trains_validates_and_exports(workspace):
     assert yaml.safe_load((run / "infer.yaml").read_text()) == infer_rows
     assert yaml.safe_load((run / "export.yaml").read_text()) == export_rows
     assert config["template"] == infer_rows["template"] == export_rows["template"]
-    status = json.loads((run / "status.json").read_text())
-    assert status.state == "completed" and status.step == status.total_steps == 20
+    status = RunDir(run).read_status()
+    assert status.state == "completed" and status.step == status.total_steps == 84
     assert json.loads((run / "device.json").read_text())["platform"] == "cpu"
     losses = [m["loss"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
     assert losses[-1] < losses[0]
@@ -87,7 +102,8 @@ async def test_full_flow_trains_validates_and_exports(workspace):
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
     assert lora_b and any(abs(v).max() > 0 for v in lora_b)  # B starts at zero: non-zero means it trained
     answers = [json.loads(line) for line in (run / "validation.jsonl").read_text().splitlines()]
-    assert [a["prompt"] for a in answers] == ["Who are you?", "What is your name?"]
+    assert [a["prompt"] for a in answers][:2] == ["Who are you?", "What is your name?"]
+    assert len(answers) == 6 and all("Ada" in a["reference"] for a in answers[2:])  # 4 held-out rows
     assert all("base" in a and "tuned" in a for a in answers)
     exported = workspace / "models" / "lf-tiny-qwen3-merged"
     assert str(exported) in summary or "models/lf-tiny-qwen3-merged" in summary

@@ -5,7 +5,7 @@ import json
 import os
 import signal
 
-from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
+from pilot_helpers import SIZE, choose_datasets, make_app, messages, on_screen, wait_until
 
 from engine.rundir import RunDir, find_complete_checkpoints
 
@@ -20,8 +20,8 @@ async def _edit(pilot, app, key: str, value: str) -> None:
 async def _launch_long_run(pilot, app) -> None:
     await pilot.press("tab", "up", "enter", "ctrl+n")  # past the workflow (SFT) to the scope: SFT only
     await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts)
-    app.screen.query_one("#datasets").focus()
-    await pilot.press("down", "space", "ctrl+n")  # alpaca_demo
+    choose_datasets(app, "alpaca_demo")
+    await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.state.model_path)
     await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "GpuScreen") and app.device_report is not None)
@@ -73,7 +73,7 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
     kinds = [e["event"] for e in events]
     assert "resume_requested" in kinds and kinds.count("launched") == 2
     resumed = next(e for e in events if e["event"] == "resumed")
-    assert resumed.step == killed_at  # continued from the newest complete checkpoint, not from step 0
+    assert resumed["step"] == killed_at  # continued from the newest complete checkpoint, not from step 0
     assert json.loads((run.path / "state.json").read_text())["launched"] is True
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from pilot_helpers import SIZE, make_app, on_screen, wait_until
+from pilot_helpers import SIZE, choose_datasets, make_app, on_screen, wait_until
 
 
 async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
@@ -13,8 +13,8 @@ async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
         await pilot.press("tab", "up", "enter", "tab", "tab", "down", "enter", "ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "DataScreen"))
         await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-        app.screen.query_one("#datasets").focus()
-        await pilot.press("down", "space", "ctrl+n")
+        choose_datasets(app, "alpaca_demo")
+        await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ModelScreen"))
         await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
         await pilot.press("ctrl+n")

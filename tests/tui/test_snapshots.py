@@ -1,6 +1,25 @@
-"""Snapshots of the key screens at 80x24 (update with `pytest tests/tui/test_snapshots.py --snapshot-update`)."""
+"""Snapshots of the key screens at 80x24 (update with `pytest tests/tui/test_snapshots.py --snapshot-update`).
+
+A snapshot is a picture of the layout, so what varies from run to run is fixed here: the clock, the pre-flight's
+figures (the real measurement is tested in test_one_key.py) and the toasts, which name temporary folders.
+"""
+
+import pytest
 
 from pilot_helpers import FIXED_TIME, busy_gpus, make_app, on_screen, wait_until
+
+
+@pytest.fixture(autouse=True)
+def fixed_preflight(monkeypatch):
+    import engine.api
+    from engine.measurement import Measurement
+
+    def measure_steps(config, **_kwargs):
+        return Measurement(device="cpu", micro_batch=2, grad_accum=1, steps_timed=3, step_s=0.4, tokens_per_s=900.0,
+                           startup_s=6.0, peak_bytes=700 * 2**20, limit_bytes=16 * 2**30, total_steps=20,
+                           predicted_s=14.0, fits=True)
+
+    monkeypatch.setattr(engine.api, "measure_steps", measure_steps)
 
 
 def _app(workspace, **kwargs):
@@ -22,6 +41,8 @@ async def _to(pilot, app, name):
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: type(app.screen).__name__ != current)
     await pilot.pause(0.3)
+    app.clear_notifications()
+    await pilot.pause(0.1)
 
 
 def test_flow_screen(snap_compare, workspace):

@@ -1,7 +1,7 @@
 """The "write the configs, I run them elsewhere" route: every YAML is shown, confirmed, written; nothing runs."""
 
 import yaml
-from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
+from pilot_helpers import SIZE, choose_datasets, make_app, messages, on_screen, wait_until
 
 
 async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(workspace):
@@ -12,8 +12,8 @@ async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(worksp
         await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="data screen")
         assert app.state.execution == "write_only" and app.state.scope == "full"
         await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-        app.screen.query_one("#datasets").focus()
-        await pilot.press("down", "space", "ctrl+n")  # alpaca_demo: no placeholders
+        choose_datasets(app, "alpaca_demo")  # no placeholders
+        await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), what="model screen")
         await wait_until(pilot, lambda: app.state.model_path, what="demo model resolved")
         await pilot.press("ctrl+n")

@@ -23,7 +23,8 @@ def free_port() -> int:
 class WebServer:
     def __init__(self, folder: Path, *args: str):
         self.folder, self.port = folder, free_port()
-        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LFA_LANG": "en"}
+        # No hub and no package index (pip honours PIP_NO_INDEX): the demo model is the one recommended.
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "LFA_LANG": "en"}
         # Output goes to a file: a pipe nobody reads would fill up with the access log and block the server.
         self.log = folder / f"web-{self.port}.out"
         with open(self.log, "w") as log:

@@ -80,7 +80,7 @@ def test_wizard_in_chromium_drives_stages_and_resumes_after_reopening(web_folder
             terminal.wait_for("Stage 1 · Data")
             assert "alpaca_demo" in terminal.wait_for("400 rows")
             assert "[x] 0. Flow" in terminal.wait_for("[~] 1. Data")
-            terminal.press("ArrowDown", "Space", "Control+n")  # alpaca_demo (no {{placeholders}} to fill)
+            terminal.press("Space", "ArrowDown", "Space", "Control+n")  # identity off, alpaca_demo on (no placeholders)
             terminal.wait_for("Stage 2 · Model")
             assert "[x] 1. Data" in terminal.wait_for("[~] 2. Model")
             assert "lf-tiny-qwen3" in terminal.wait_for("Recommended: lf-tiny-qwen3")

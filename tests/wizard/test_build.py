@@ -34,9 +34,30 @@ def test_config_starts_from_the_example_and_every_change_has_a_reason(ready, ski
     assert "lora_rank" not in diff
     assert all(row.default != row.new and row.default == example.get(row.parameter) for row in built.diff)
     assert not validate(load_config(built.config))
+    # 6 of identity's 90 rows are held out for validation (val_size), with the reason in the diff
+    assert diff["val_size"].new == 6 and "held out" in diff["val_size"].reason
     # total steps = ceil(rows / (batch x grad_accum x devices)) x epochs, rows capped by max_samples
-    assert built.rows == 40
-    assert built.total_steps == 10 * 2
+    assert built.rows == 84
+    assert built.total_steps == 21 * 4
+
+
+def test_a_small_real_model_on_a_cpu_gets_the_measured_recipe_and_a_preflight_fit_is_applied(ready, skill):
+    from engine.models.registry import example_config
+
+    smol = ready.replace(model="HuggingFaceTB/SmolLM2-135M-Instruct", family="smollm2", template="smollm2",
+                         example=str(example_config("smollm2", "lora")))
+    diff = {row.parameter: row for row in build.build_train_config(smol, skill).diff}
+    assert (diff["learning_rate"].default, diff["learning_rate"].new) == (1e-4, 1e-3)
+    assert diff["per_device_train_batch_size"].new == 4 and diff["gradient_accumulation_steps"].new == 2
+    assert "135M model on a CPU" in diff["learning_rate"].reason
+    on_gpu = smol.replace(device={"platform": "cuda", "indices": [0], "mode": "single", "reason": "free"})
+    assert "learning_rate" not in {row.parameter for row in build.build_train_config(on_gpu, skill).diff}
+    # the pre-flight's proposal (its micro-batch fitted where 4 did not) wins over the recipe, with its reason
+    fitted = smol.replace(fit={"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+                               "reason": "micro-batch 4 does not fit (out of memory)"})
+    diff = {row.parameter: row for row in build.build_train_config(fitted, skill).diff}
+    assert (diff["per_device_train_batch_size"].new, diff["gradient_accumulation_steps"].new) == (2, 4)
+    assert diff["gradient_accumulation_steps"].reason == "pre-flight: micro-batch 4 does not fit (out of memory)"
 
 
 def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, skill):
@@ -68,8 +89,9 @@ def test_gpu_keeps_bf16_and_cpu_turns_it_off(ready, skill, demo_model_dir):
 def test_small_dataset_advice_proposes_a_fix_that_works(ready, skill, workspace):
     state = config_stage.apply_edit(ready, "num_train_epochs", "1").state
     state = config_stage.apply_edit(state, "logging_steps", "10").state
+    state = config_stage.apply_edit(state, "max_samples", "40").state
     built = build.build_train_config(state, skill)
-    assert built.total_steps == 10
+    assert built.total_steps == 9  # 40 rows less the 6 held out, 4 a step
     available = [row.name for row in data.list_datasets(workspace / "data")]
     advice = config_stage.small_data_advice(built, state, skill, available)
     assert advice is not None and len(advice.problems) >= 2

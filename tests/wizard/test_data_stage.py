@@ -9,7 +9,8 @@ from assistant.wizard.state import new_state
 def test_listing_marks_what_can_be_trained(workspace):
     rows = {row.name: row for row in data.list_datasets(workspace / "data")}
     assert rows["identity"].available and rows["identity"].formatting == "alpaca"
-    assert not rows["dpo_demo"].available and "DPO" in rows["dpo_demo"].note
+    assert not rows["dpo_demo"].available and "preference pairs" in rows["dpo_demo"].note
+    assert not rows["pt_demo"].available and rows["pt_demo"].kind == "text"  # raw text has no answers to learn
     count, chars = data.count_rows(workspace / "data", "identity")
     assert count == len(json.loads((workspace / "data" / "identity.json").read_text())) and chars > 10
     preview = data.preview(workspace / "data", "identity", 2)
@@ -53,6 +54,7 @@ def test_malformed_file_lists_every_problem_and_a_converted_copy_is_registered(w
     state = new_state()
     outcome = data.onboard(state, workspace / "data", source, "mine", convert=True)
     assert outcome.ok, outcome.problems
+    assert any("line 3" in note for note in outcome.notes)  # what the conversion left out is said
     assert source.read_text(encoding="utf-8") == text
     info = json.loads((workspace / "data" / "dataset_info.json").read_text())
     assert info["mine"]["file_name"] == "mine.json" and info["mine"]["formatting"] == "sharegpt"
@@ -75,3 +77,46 @@ def test_default_folder_is_local_data_else_the_bundled_demo_data(workspace, tmp_
     monkeypatch.chdir(elsewhere)
     assert data.default_dir("data") == str(data.BUNDLED_DATA)
     assert data.find_dir(data.default_dir("data")).notes == [str(data.BUNDLED_DATA)]
+
+
+def test_the_projects_own_data_is_never_written_a_working_copy_is(workspace, monkeypatch):
+    """Filling identity in the shipped data/ (tracked by git) writes into ./lf_data, a copy made once."""
+    shipped = workspace / "shipped"
+    (workspace / "data").rename(shipped)
+    monkeypatch.setattr(data, "BUNDLED_DATA", shipped)
+    before = {path.name: path.read_bytes() for path in shipped.iterdir()}
+    assert data.default_dir("data") == str(shipped)
+    state = new_state().replace(datasets=["identity"], dataset_rows={"identity": 90}, dataset_dir=str(shipped))
+    outcome = data.fill_template(state, shipped, "identity", {"name": "Ada", "author": "Lab"}, "_custom")
+    assert outcome.ok, outcome.problems
+    copy = workspace / "lf_data"
+    assert outcome.state.dataset_dir == str(copy) and (copy / "identity_custom.json").is_file()
+    assert "identity_custom" in json.loads((copy / "dataset_info.json").read_text())
+    assert {path.name: path.read_bytes() for path in shipped.iterdir()} == before
+    assert any("lf_data" in note for note in outcome.notes)
+    assert data.default_dir(str(shipped)) == "lf_data"  # the next session starts there
+
+
+def test_kto_and_text_files_are_checked_and_registered_for_their_stage(workspace):
+    kto = workspace / "kto.jsonl"
+    kto.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                       {"role": "assistant", "content": f"a{i}"}],
+                                         "label": i % 2 == 0}) for i in range(4)) + "\n")
+    _path, report, problems = data.check_custom(str(kto), kind="kto")
+    assert problems == [] and data.fits_kind(report, "kto")
+    outcome = data.onboard(new_state(), workspace / "data", kto, "my_kto", convert=False, kind="kto")
+    assert outcome.ok, outcome.problems
+    from engine.data.kinds import dataset_kind
+    from engine.data.registry import get_dataset_spec
+
+    assert dataset_kind(get_dataset_spec("my_kto", workspace / "data")) == "kto"
+    sft_rows = workspace / "sft.jsonl"
+    sft_rows.write_text(json.dumps({"instruction": "q", "output": "a"}) + "\n")
+    _path, report, problems = data.check_custom(str(sft_rows), kind="kto")
+    assert not data.fits_kind(report, "kto") and "label" in problems[0]
+    text = workspace / "notes.txt"
+    text.write_text("one line of text\nanother line\n")
+    _path, report, problems = data.check_custom(str(text), kind="text")
+    assert problems == [] and report.rows == 2
+    assert data.onboard(new_state(), workspace / "data", text, "notes", convert=False, kind="text").ok
+    assert dataset_kind(get_dataset_spec("notes", workspace / "data")) == "text"

@@ -3,9 +3,10 @@
 import subprocess
 import sys
 
-WIZARD = ["assistant.wizard.build", "assistant.wizard.resume", "assistant.wizard.review", "assistant.wizard.estimate",
+WIZARD = ["assistant.wizard.build", "assistant.wizard.resume", "assistant.wizard.review", "assistant.wizard.adapt",
+          "engine.measurement",
           *[f"assistant.wizard.stages.{name}" for name in
-            ("flow", "data", "model", "gpu", "config", "train", "validate", "export", "summary")]]
+            ("flow", "data", "model", "gpu", "config", "preflight", "train", "validate", "export", "summary")]]
 
 
 def _modules_after(code: str) -> set[str]:

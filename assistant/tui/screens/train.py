@@ -42,6 +42,17 @@ def wrap_lines(lines: list[str], width: int) -> list[str]:
     return wrapped
 
 
+def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
+    """(step, value) of one metric, one point per step: a resumed run logs the steps after its checkpoint again,
+    and the later value (the run that went on) is the one kept."""
+    points: dict[float, float] = {}
+    for row in metrics:
+        if row.get(name) is not None and "step" in row:
+            points.pop(row["step"], None)
+            points[row["step"]] = row[name]
+    return sorted(points.items())
+
+
 def metric_label(name: str) -> str:
     """rewards/accuracies -> accuracies: the chart legend and the numbers line must fit ~54 columns."""
     return name.rsplit("/", 1)[-1]
@@ -107,10 +118,17 @@ class TrainScreen(StageScreen):
         info = [t("train.will_write", path=train.display_path(config_path)), mode]
         self.query_one("#launch-info", Static).update(escape("\n".join(info)))
         if not ready.ok:
-            self.say(ready.problems)
+            self.say(ready.problems)  # a fetch still running: fetch_changed asks again once it is done
             return
+        self.say()
         self.query_one("#review", Button).focus()
         self._ask_confirm()
+
+    def fetch_changed(self) -> None:
+        """The model arrived while the config waited for it: show the table to confirm now."""
+        if not self.state.launched and self.built is not None and self.process is None and not self.watching:
+            if self.state.download.get("state") != "running" and self.app.screen is self:
+                self._prepare()
 
     def _ask_confirm(self) -> None:
         rows = list(self.built.config.items())
@@ -216,7 +234,7 @@ class TrainScreen(StageScreen):
             log.call_after_refresh(log.scroll_end, animate=False)
 
     def _series(self, name: str) -> list[tuple[float, float]]:
-        return [(m["step"], m[name]) for m in self.metrics if m.get(name) is not None and "step" in m]
+        return metric_series(self.metrics, name)
 
     def _draw_chart(self) -> None:
         """The loss, and whatever else the skill charts (preference runs: reward accuracy and margin)."""
@@ -243,20 +261,31 @@ class TrainScreen(StageScreen):
         bar.update(total=total or None, progress=step)
         last = next((m for m in reversed(self.metrics) if m.get("loss") is not None), {})
         loss = status.loss if status.loss is not None else last.get("loss")
-        self.query_one("#run-state", Static).update(
-            t("train.state", state=t(f"run.{status.state}"), step=step, total=total or "?",
-              elapsed=fmt_duration(status.elapsed_s), eta=fmt_duration(status.eta_s if not status.is_terminal else None)))
+        run_state = t("train.state", state=t(f"run.{status.state}"), step=step, total=total or "?",
+                      elapsed=fmt_duration(status.elapsed_s))
+        if not status.is_terminal:  # an ended run has nothing left to estimate
+            run_state += " · " + self._eta(status)
+        self.query_one("#run-state", Static).update(run_state)
         self.query_one("#numbers", Static).update(t(
             "train.numbers", loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
             lr=f"{last['learning_rate']:.1e}" if last.get("learning_rate") is not None else "-",
             tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-"))
         rewards = self.query_one("#rewards", Static)
-        rewards.display = last.get("rewards/accuracies") is not None
-        if rewards.display:
-            rewards.update(t("train.rewards", accuracy=f"{last['rewards/accuracies']:.2f}",
-                             margin=f"{last.get('rewards/margins', 0.0):+.3f}",
-                             chosen=f"{last.get('rewards/chosen', 0.0):+.3f}",
-                             rejected=f"{last.get('rewards/rejected', 0.0):+.3f}"))
+        shown = [name for name in self.stage.settings.get("chart", ["loss"]) if name != "loss"]
+        figures = [f"{metric_label(name)} {last[name]:+.3f}" for name in shown if last.get(name) is not None]
+        rewards.display = bool(figures)
+        rewards.update(" · ".join(figures))
+
+    def _eta(self, status: RunStatus) -> str:
+        """The run's own ETA (from its measured step times) once it logged one; before that, the pre-flight's
+        prediction less the time already spent."""
+        if status.eta_s is not None:
+            return t("train.eta", eta=fmt_duration(status.eta_s))
+        measured = (self.state.measured or {}).get("result") or {}
+        if measured.get("predicted_s") and status.started_at:
+            left = max(0.0, measured["predicted_s"] - (time.time() - status.started_at))
+            return t("train.eta_preflight", eta=fmt_duration(left))
+        return t("train.eta", eta="-")
 
     def _show_hints(self) -> None:
         hints = train.health_hints(self.metrics, self.status, self.stage.settings,

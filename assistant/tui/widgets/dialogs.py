@@ -29,11 +29,27 @@ def fmt_value(value: Any, key: str = "") -> str:
     return str(value)
 
 
-def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None) -> None:
+def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None,
+               width: int | None = None) -> None:
+    """Rows of (name, value). With `width` (the table's), the last column takes what the others leave and a long
+    value (a path) wraps onto more lines of its row instead of being cut at the edge."""
+    from rich.text import Text
+
     table.clear(columns=True)
-    table.add_columns(*columns)
+    if not width or not rows:
+        table.add_columns(*columns)
+        for index, row in enumerate(rows):
+            table.add_row(*[str(cell) for cell in row], key=keys[index] if keys else None)
+        return
+    first = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns) - 1)]
+    last = max(12, width - sum(first) - 2 * len(columns) - 2)
+    for index, name in enumerate(columns):
+        table.add_column(name, width=first[index] if index < len(first) else last)
     for index, row in enumerate(rows):
-        table.add_row(*[str(cell) for cell in row], key=keys[index] if keys else None)
+        value = str(row[-1])
+        lines = max(1, -(-len(value) // last))
+        table.add_row(*[str(cell) for cell in row[:-1]], Text(value, overflow="fold"), height=lines,
+                      key=keys[index] if keys else None)
 
 
 class ConfirmTable(ModalScreen[bool]):
@@ -42,7 +58,10 @@ class ConfirmTable(ModalScreen[bool]):
     With `first`, those keys (the ones that matter: changed from the example, and the key training parameters)
     are listed and the rest is folded into one line, a key away (a). `rows` is always everything written."""
 
+    # Enter and Ctrl+N confirm like y (the one-key path); the arrows still scroll the table.
     BINDINGS = [Binding("y", "answer(True)", show=False), Binding("n", "answer(False)", show=False),
+                Binding("enter", "enter", show=False, priority=True),
+                Binding("ctrl+n", "answer(True)", show=False, priority=True),
                 Binding("escape", "answer(False)", show=False), Binding("a", "toggle_all", show=False)]
 
     def __init__(self, title: str, rows: list[tuple[str, Any]], note: str = "", first: list[str] | None = None) -> None:
@@ -62,7 +81,7 @@ class ConfirmTable(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(t("button.write"), id="yes", variant="success")
                 yield Button(t("button.cancel"), id="no")
-        keys = [("y", "key.confirm"), ("n", "key.cancel"), ("↑↓", "key.scroll")]
+        keys = [("Enter/y", "key.confirm"), ("n", "key.cancel"), ("↑↓", "key.scroll")]
         yield KeyHelp(keys + ([("a", "key.all")] if self.first is not None else []))
 
     def on_mount(self) -> None:
@@ -72,7 +91,7 @@ class ConfirmTable(ModalScreen[bool]):
     def _fill(self) -> None:
         shown = self.rows if self.show_all else [(k, v) for k, v in self.rows if k in self.first]
         fill_table(self.query_one(DataTable), [t("col.parameter"), t("col.value")],
-                   [[k, fmt_value(v, k)] for k, v in shown])
+                   [[k, fmt_value(v, k)] for k, v in shown], width=min(76, self.app.size.width - 4) - 6)
         folded = self.query_one("#folded", Static)
         hidden = len(self.rows) - len(shown)
         folded.update(t("confirm.folded", count=hidden) if hidden else
@@ -86,6 +105,11 @@ class ConfirmTable(ModalScreen[bool]):
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
+
+    def action_enter(self) -> None:
+        """Enter writes, unless a button has the focus (Tab to Cancel, then Enter, cancels)."""
+        focused = self.focused
+        self.dismiss(focused.id == "yes" if isinstance(focused, Button) else True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -164,19 +188,22 @@ class EditValue(ModalScreen["str | None"]):
 class AskValues(ModalScreen["dict | None"]):
     """One text field per name (e.g. the {{name}} and {{author}} of a templated dataset)."""
 
-    BINDINGS = [Binding("escape", "cancel", show=False), Binding("ctrl+s", "submit", show=False)]
+    BINDINGS = [Binding("escape", "cancel", show=False), Binding("ctrl+s", "submit", show=False),
+                Binding("ctrl+n", "submit", show=False, priority=True)]
 
-    def __init__(self, title: str, names: list[str], values: dict[str, str] | None = None) -> None:
+    def __init__(self, title: str, names: list[str], values: dict[str, str] | None = None, note: str = "") -> None:
         super().__init__()
-        self.title_text, self.names, self.values = title, names, values or {}
+        self.title_text, self.names, self.values, self.note = title, names, values or {}, note
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title")
+            if self.note:
+                yield Static(self.note, classes="note")
             for index, name in enumerate(self.names):
                 yield Label("{{" + name + "}}")
                 yield Input(value=self.values.get(name, ""), id=f"value-{index}", classes="value-input")
-        yield KeyHelp([("Tab", "key.move"), ("Enter", "key.submit"), ("Esc", "key.cancel")])
+        yield KeyHelp([("Tab", "key.move"), ("Enter", "key.submit"), ("^N", "key.next"), ("Esc", "key.cancel")])
 
     def on_mount(self) -> None:
         self.query(Input).first().focus()

@@ -7,7 +7,9 @@ and the skill's default says "(recommended)".
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import RadioButton, RadioSet, Static
 
 from assistant.i18n import t
@@ -18,6 +20,23 @@ from assistant.wizard.skill import Question
 def choice_label(question: Question, choice: str) -> str:
     label = t(f"q.{question.id}.{choice}")
     return f"{label} {t('q.recommended')}" if choice == question.default else label
+
+
+class ChoiceSet(RadioSet):
+    """A radio set where Enter on the choice already made means "yes, go on" (the screen continues), and on
+    another choice selects it. Space always selects."""
+
+    BINDINGS = [Binding("enter", "confirm_or_select", show=False), Binding("space", "toggle_button", show=False)]
+
+    class Confirmed(Message):
+        """Enter on the chosen choice: the screen treats it like Ctrl+N."""
+
+    def action_confirm_or_select(self) -> None:
+        highlighted = self._nodes[self._selected] if self._selected is not None else None
+        if highlighted is not None and highlighted is self.pressed_button:
+            self.post_message(self.Confirmed())
+        else:
+            self.action_toggle_button()
 
 
 class QuestionSet(Vertical):
@@ -36,7 +55,7 @@ class QuestionSet(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(t(f"q.{self.question.id}.prompt"), classes="question")
-        with RadioSet(id=f"{self.question.id}-set"):
+        with ChoiceSet(id=f"{self.question.id}-set"):
             for choice in self.question.choices:
                 yield MarkedRadioButton(choice_label(self.question, choice), value=choice == self.selected,
                                         id=f"{self.question.id}--{choice}")

@@ -4,8 +4,14 @@ Custom files are checked first (every problem with its row), optionally converte
 the dataset folder and registered in dataset_info.json (atomically). A templated dataset ({{name}}, {{author}},
 any {{var}}) is filled into a copy registered under a new name. The user's files are never modified.
 
-Preference training (`ranking` mode) takes only pairs: registered datasets with "ranking": true, and custom files
-whose every row has a chosen and a rejected answer, non-empty and different.
+Each training stage takes one kind of rows (engine.data.kinds: pairs for dpo and rm, kto-labelled answers for kto,
+raw text for pt, conversations for sft); only datasets of that kind are listed. Preference training takes custom
+files whose every row has a chosen and a rejected answer, non-empty and different (the engine's check says which
+rows do not).
+
+The project's own data/ (and the demo data shipped with lf-assistant) is never written to: the first dataset the
+wizard writes (a filled copy, a file brought in) goes to a working copy, ./lf_data, which then serves as the
+dataset folder.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 from assistant.i18n import t
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
+from engine.resources import resource_dir
 
 STAGE = "data"
 
@@ -33,18 +40,47 @@ class DatasetRow:
     available: bool
     """The rows are on this machine (a local file that exists); hub-only entries are listed but not selectable."""
     note: str = ""
+    kind: str = "conversations"
+    """What the rows are (engine.data.kinds): pairs, kto, text or conversations."""
 
 
-BUNDLED_DATA = Path(__file__).resolve().parents[3] / "data"
+BUNDLED_DATA = resource_dir("data")
+
+
+WORKING_COPY = "lf_data"
+"""Where the wizard's own datasets go when the dataset folder is the project's (a copy of it, made once)."""
 
 
 def default_dir(configured: str = "data") -> str:
-    """The dataset folder to start from: ./data when it holds dataset_info.json, else the demo data shipped
-    with lf-assistant (so a run started outside a checkout still finds datasets)."""
+    """The dataset folder to start from: the working copy ./lf_data once the wizard made one, else ./data when it
+    holds dataset_info.json, else the demo data shipped with lf-assistant (so a run started outside a checkout
+    still finds datasets)."""
+    if (Path(WORKING_COPY) / "dataset_info.json").is_file() and _is_bundled(Path(configured)):
+        return WORKING_COPY
     local = Path(configured)
     if (local / "dataset_info.json").is_file() or not (BUNDLED_DATA / "dataset_info.json").is_file():
         return configured
-    return str(BUNDLED_DATA)
+    return WORKING_COPY if (Path(WORKING_COPY) / "dataset_info.json").is_file() else str(BUNDLED_DATA)
+
+
+def _is_bundled(folder: Path) -> bool:
+    try:
+        return folder.resolve() == BUNDLED_DATA.resolve()
+    except OSError:
+        return False
+
+
+def writable_dir(dataset_dir: Path) -> tuple[Path, str | None]:
+    """The folder a new dataset is written to, and a note when it is not `dataset_dir`: the project's own data/
+    (tracked by git, or inside the installed package) gets a working copy ./lf_data, made once, so that it stays
+    as shipped."""
+    dataset_dir = Path(dataset_dir).resolve()
+    if not _is_bundled(dataset_dir):
+        return dataset_dir, None
+    copy = Path(WORKING_COPY).resolve()
+    if not (copy / "dataset_info.json").is_file():
+        shutil.copytree(dataset_dir, copy, dirs_exist_ok=True, ignore=shutil.ignore_patterns("README*"))
+    return copy, t("data.working_copy", folder=WORKING_COPY, source=str(dataset_dir))
 
 
 def find_dir(text: str) -> Outcome:
@@ -59,15 +95,18 @@ def find_dir(text: str) -> Outcome:
     return Outcome(None, notes=[str(folder)])
 
 
-def list_datasets(dataset_dir: Path, *, ranking: bool = False) -> list[DatasetRow]:
-    """Every entry of dataset_info.json, with whether it can be trained on here: SFT takes the entries without
-    "ranking", preference training (ranking=True) only those with it."""
+def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bool | None = None) -> list[DatasetRow]:
+    """Every entry of dataset_info.json, with whether it can be trained on here: available when it holds rows of
+    `kind` (engine.data.kinds: pairs, kto, text, conversations) and they are on this machine. `ranking=True` is
+    kind "pairs" (the CLI's --pairs)."""
+    from engine.data.kinds import dataset_kind
     from engine.data.registry import dataset_file_path, load_dataset_info
     from engine.errors import EngineError
 
+    kind = "pairs" if ranking else kind
     rows = []
     for name, spec in load_dataset_info(Path(dataset_dir)).items():
-        available, note = spec.is_local, ""
+        available, note, holds = spec.is_local, "", dataset_kind(spec)
         if not spec.is_local:
             note = t("data.hub_only")
         else:
@@ -75,18 +114,21 @@ def list_datasets(dataset_dir: Path, *, ranking: bool = False) -> list[DatasetRo
                 dataset_file_path(spec, Path(dataset_dir))
             except EngineError:
                 available, note = False, t("data.file_missing")
-        if spec.ranking != ranking:
-            available, note = False, t("data.preference" if spec.ranking else "data.not_pairs")
-        rows.append(DatasetRow(name, spec.file_name, spec.formatting, spec.ranking, available, note))
+        if holds != kind:
+            available, note = False, t(f"data.holds_{holds}")
+        rows.append(DatasetRow(name, spec.file_name, spec.formatting, spec.ranking, available, note, holds))
     return rows
 
 
-def shown_rows(listing: list[DatasetRow], *, ranking: bool) -> tuple[list[DatasetRow], list[str]]:
-    """(rows to list, names hidden): preference training hides SFT datasets, which it cannot use at all; SFT
-    lists preference datasets greyed out with the reason (the user may have meant the other workflow)."""
-    if not ranking:
-        return listing, []
-    return [row for row in listing if row.ranking], [row.name for row in listing if not row.ranking]
+def shown_rows(listing: list[DatasetRow], *, kind: str = "conversations") -> tuple[list[DatasetRow], list[str]]:
+    """(rows to list, names hidden): only datasets of the stage's kind are listed; the screen names the others."""
+    return [row for row in listing if row.kind == kind], [row.name for row in listing if row.kind != kind]
+
+
+def recommended(listing: list[DatasetRow], names: list[str] | tuple) -> list[str]:
+    """The skill's recommended datasets that this folder lists as available (preselected on the screen)."""
+    available = {row.name for row in listing if row.available}
+    return [name for name in names if name in available]
 
 
 def count_rows(dataset_dir: Path, name: str) -> tuple[int, float]:
@@ -158,7 +200,7 @@ def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict
     from engine.data.registry import dataset_file_path, get_dataset_spec, load_dataset_info, register_dataset
     from engine.errors import EngineError
 
-    dataset_dir = Path(dataset_dir).resolve()
+    dataset_dir, moved = writable_dir(dataset_dir)
     try:
         spec = get_dataset_spec(name, dataset_dir)
         source = dataset_file_path(spec, dataset_dir)
@@ -172,65 +214,90 @@ def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict
     rows = {(new_name if k == name else k): v for k, v in state.dataset_rows.items()}
     chars = {(new_name if k == name else k): v for k, v in state.dataset_chars.items()}
     filled = dict(state.filled, **{new_name: {"from": name, "values": dict(values), "file": str(target)}})
-    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=filled),
-                   notes=[t("data.filled", name=new_name, path=str(target))])
+    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=filled,
+                                 dataset_dir=str(dataset_dir)),
+                   notes=([moved] if moved else []) + [t("data.filled", name=new_name, path=str(target))])
 
 
 # ------------------------------------------------------------------------------------------------ custom files
-def check_custom(path_text: str, *, ranking: bool = False) -> tuple[Path | None, Any, list[str]]:
-    """(path, the engine's CheckReport, problems as lines) for one file the user named. With ranking, the file
-    is read as preference pairs whatever it looks like, so each row without both answers is listed."""
+KTO_COLUMNS = ("label", "kto_tag")
+"""Names a file's desirable/undesirable label goes by (LLaMA-Factory's kto_en_demo uses "label")."""
+
+
+def check_custom(path_text: str, *, kind: str = "conversations",
+                 ranking: bool | None = None) -> tuple[Path | None, Any, list[str]]:
+    """(path, the engine's CheckReport, problems as lines) for one file the user named, read as rows of `kind`
+    (the stage's: pairs, kto, text or conversations; `ranking=True` is pairs). Pairs are read as pairs whatever
+    the file looks like, so each row without both answers is listed."""
     from engine.data import check_file
     from engine.errors import EngineError
 
+    kind = "pairs" if ranking else kind
     path = Path(path_text.strip()).expanduser()
     if not path.exists():
         return None, None, [t("data.no_such_file", path=str(path))]
     try:
+        if kind == "text":
+            return path, *check_text(path)
         report = check_file(path)
-        if ranking:
+        if kind == "pairs":
             return path, *check_pairs(path, report)
+        if kind == "kto":
+            return path, *check_kto(path, report)
     except EngineError as exc:
         return path, None, [str(exc)]
     return path, report, [describe_problem(p) for p in report.problems]
 
 
 def check_pairs(path: Path, report: Any) -> tuple[Any, list[str]]:
-    """(report, problems) of a file read as preference pairs: the engine's row checks under a ranking entry
-    (missing or empty chosen/rejected answers, with row numbers), plus rows whose two answers are the same.
+    """(report, problems) of a file read as preference pairs: the engine's checks under a ranking entry (missing,
+    empty or identical chosen/rejected answers, with row numbers). A file that is not pairs at all gets one line
+    that says so first: SFT rows have nothing to prefer."""
+    from engine.data.check import check_file, spec_for
+    from engine.data.files import read_rows
 
-    A file that is not pairs at all gets one line that says so first: SFT rows have nothing to prefer."""
+    if report.format == "unknown" or report.ranking:
+        return report, [describe_problem(p) for p in report.problems]
+    report = check_file(path, spec=spec_for(read_rows(path).rows, report.format, True, path.stem))
+    report.ranking = False  # the file is not pairs; the row problems below say where
+    return report, [t("data.not_pairs_file", rows=report.rows)] + [describe_problem(p) for p in report.problems]
+
+
+def check_kto(path: Path, report: Any) -> tuple[Any, list[str]]:
+    """(report, problems) of a file read as KTO rows: conversations whose last answer is labelled desirable or
+    not (a `label` or `kto_tag` column of true/false); the engine's row check under that entry."""
     from engine.data.check import check_file, spec_for
     from engine.data.files import read_rows
 
     if report.format == "unknown":
         return report, [describe_problem(p) for p in report.problems]
+    rows = read_rows(path).rows
+    keys = {key for row in rows[:200] if isinstance(row, dict) for key in row}
+    column = next((name for name in KTO_COLUMNS if name in keys), None)
+    if column is None or report.ranking:
+        report.format = "unknown"  # not KTO rows: nothing to add
+        return report, [t("data.not_kto_file", rows=report.rows, columns=", ".join(KTO_COLUMNS))]
+    spec = spec_for(rows, report.format, False, path.stem)
+    spec.columns["kto_tag"] = column
+    report = check_file(path, spec=spec)
+    return report, [describe_problem(p) for p in report.problems]
+
+
+def check_text(path: Path) -> tuple[Any, list[str]]:
+    """(report, problems) of a file read as pre-training text: a .txt file (one text per line), or rows with a
+    non-empty `text` field."""
+    from engine.data.check import CheckReport, Problem
+    from engine.data.files import read_rows
+
     read = read_rows(path)
-    lead = [] if report.ranking else [t("data.not_pairs_file", rows=report.rows)]
-    if not report.ranking:
-        report = check_file(path, spec=spec_for(read.rows, report.format, True, path.stem))
-        report.ranking = False  # the file is not pairs; the row problems below say where
-    same = same_answer_problems(read.rows, read.lines, report.spec)
-    report.problems = sorted([*report.problems, *same], key=lambda p: (p.row is not None, p.row or 0))
-    return report, lead + [describe_problem(p) for p in report.problems]
-
-
-def same_answer_problems(rows: list[Any], lines: list[int | None], spec: Any) -> list[Any]:
-    """One error per row whose chosen and rejected answers read the same: such a pair teaches nothing (its
-    gradient is zero) and only dilutes the others."""
-    from engine.data.check import Problem
-    from engine.data.formats import RowError, convert_record
-
-    problems = []
-    for index, row in enumerate(rows):
-        try:
-            example = convert_record(row, spec, index)
-        except RowError:
-            continue  # already reported by the engine's row check
-        if " ".join(example["chosen"].split()) == " ".join(example["rejected"].split()):
-            problems.append(Problem(index + 1, f"{spec.column('chosen')}/{spec.column('rejected')}",
-                                    t("data.same_answers"), line=lines[index]))
-    return problems
+    bad = [Problem(index + 1, "text", t("data.no_text"), line=read.lines[index])
+           for index, row in enumerate(read.rows)
+           if not (isinstance(row, dict) and isinstance(row.get("text"), str) and row["text"].strip())]
+    report = CheckReport(path, "alpaca", len(read.rows), bad)
+    if len(bad) == len(read.rows):
+        report.format = "unknown"
+        return report, [t("data.not_text_file", rows=len(read.rows))]
+    return report, [describe_problem(p) for p in bad]
 
 
 def describe_problem(problem: Any) -> str:
@@ -246,54 +313,69 @@ def describe_problem(problem: Any) -> str:
 
 
 def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool,
-            ranking: bool = False) -> Outcome:
-    """Bring `source` into the dataset folder (see `bring_in`) and record it in the state."""
-    record, problems = bring_in(dataset_dir, source, name, convert=convert, ranking=ranking)
+            kind: str = "conversations", ranking: bool | None = None) -> Outcome:
+    """Bring `source` into the dataset folder (see `bring_in`; the project's own data/ gets a working copy first)
+    and record it in the state. The notes say what a conversion changed (rows left out, renamed fields)."""
+    folder, moved = writable_dir(dataset_dir)
+    record, problems = bring_in(folder, source, name, convert=convert, kind="pairs" if ranking else kind)
     if record is None:
         return refused(*problems)
-    return Outcome(state.replace(onboarded=[*state.onboarded, record]))
+    notes = ([moved] if moved else []) + list(record.get("notes", []))
+    return Outcome(state.replace(onboarded=[*state.onboarded, record], dataset_dir=str(folder)), notes=notes)
 
 
-def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool,
-             ranking: bool = False) -> tuple[dict | None, list[str]]:
+def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind: str = "conversations",
+             ranking: bool | None = None) -> tuple[dict | None, list[str]]:
     """Copy (or convert) `source` into the dataset folder as <name>.json(l) and register it; the source stays.
-    With ranking, the copy must be preference pairs throughout, and is registered with "ranking": true and its
-    chosen/rejected columns. (record {source, name, file, converted}, []) or (None, problems)."""
-    from engine.data import check_file, convert_file
+    The copy must hold rows of `kind` throughout (pairs are registered with "ranking": true and their
+    chosen/rejected columns, KTO rows with their kto_tag column, text with its text column).
+    (record {source, name, file, converted, notes}, []) or (None, problems)."""
+    from engine.data import convert_file
     from engine.data.registry import register_dataset
     from engine.errors import EngineError
 
+    kind = "pairs" if ranking else kind
     name = (name or "").strip()
     if not name or "," in name or "/" in name:
         return None, [t("data.bad_name", name=name)]
+    convert = convert and kind in ("pairs", "conversations")  # the repairs know alpaca and sharegpt rows only
     dataset_dir = Path(dataset_dir).resolve()
-    suffix = ".json" if convert else source.suffix.lower()
-    target = dataset_dir / f"{name}{suffix}"
+    target = dataset_dir / f"{name}{'.json' if convert else source.suffix.lower()}"
     if target.exists() and target.resolve() != source.resolve():
         return None, [t("data.target_exists", path=str(target))]
+    notes: list[str] = []
     try:
         if convert:
-            convert_file(source, target)
+            notes = [note for note in convert_file(source, target).notes if not note.startswith("wrote ")]
         elif target.resolve() != source.resolve():
             shutil.copyfile(source, target)
-        report = check_file(target)
-        problems = _onboard_problems(target, report, ranking)
+        entry, problems = _entry_for(target, kind)
         if problems:
             if target.resolve() != source.resolve():
                 target.unlink(missing_ok=True)  # a copy that cannot be registered is not left behind
             return None, problems
-        entry = report.suggested_entry() or {"file_name": target.name}
         register_dataset(dataset_dir, name, dict(entry, file_name=target.name))
     except EngineError as exc:
         return None, [str(exc)]
-    return {"source": str(source), "name": name, "file": str(target), "converted": convert}, []
+    return {"source": str(source), "name": name, "file": str(target), "converted": convert, "notes": notes}, []
 
 
-def _onboard_problems(target: Path, report: Any, ranking: bool) -> list[str]:
-    """Why the copy cannot be registered for this workflow (the first ten problems), or nothing."""
-    if ranking:
-        report, problems = check_pairs(target, report)
-        return problems[:10] if problems and (not report.ranking or not report.ok) else []
-    if report.ranking:
-        return [t("data.pairs_for_sft")]
-    return [describe_problem(p) for p in report.errors[:10]]
+def _entry_for(target: Path, kind: str) -> tuple[dict, list[str]]:
+    """(the dataset_info.json entry, []) for a copy that holds rows of `kind`; (_, the first ten problems) else."""
+    _path, report, problems = check_custom(str(target), kind=kind)
+    if report is None:
+        return {}, problems[:10]
+    if kind == "text":
+        return {"columns": {"prompt": "text"}}, [p for p in problems if not p.startswith(t("data.warning"))][:10]
+    if not fits_kind(report, kind):
+        return {}, (problems[:10] if kind != "conversations" else [t("data.pairs_for_sft")])
+    if kind in ("pairs", "kto"):
+        return (report.suggested_entry() or {}), ([] if report.ok else problems[:10])
+    return (report.suggested_entry() or {}), [describe_problem(p) for p in report.errors[:10]]
+
+
+def fits_kind(report: Any, kind: str) -> bool:
+    """Whether a checked file holds rows of `kind` at all (its row problems aside)."""
+    if report is None or report.format == "unknown":
+        return False
+    return bool(report.ranking) == (kind == "pairs")

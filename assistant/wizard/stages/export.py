@@ -30,10 +30,16 @@ def merges(method: str | None) -> bool:
 
 
 def default_dir(state: WizardState, skill: Skill, train_config: dict) -> str:
-    """models/<base>-merged for LoRA/QLoRA, models/<base>-sft for Full/Freeze (absolute)."""
+    """models/<base>-merged for LoRA/QLoRA, models/<base>-sft for Full/Freeze (absolute); -2, -3, ... after it
+    when an earlier export holds that folder."""
     suffix = skill.stage(STAGE).settings["suffix"].get(state.method or "lora", "-sft")
     base = Path(str(train_config["model_name_or_path"]).rstrip("/")).name
-    return str((Path.cwd() / "models" / f"{base}{suffix}").resolve())
+    folder = (Path.cwd() / "models" / f"{base}{suffix}").resolve()
+    for number in range(2, 1000):  # an earlier run's export is never the suggestion: the next free name is
+        if not (folder.is_file() or (folder.is_dir() and any(folder.iterdir()))):
+            break
+        folder = folder.with_name(f"{base}{suffix}-{number}")
+    return str(folder)
 
 
 def quantized_base_problem(state: WizardState, train_config: dict) -> str | None:

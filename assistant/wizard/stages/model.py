@@ -36,10 +36,35 @@ def is_offline() -> bool:
     return offline()
 
 
-def recommended_model(skill: Skill, *, offline: bool) -> str:
-    """The demo model offline (nothing to download), else a small instruct model from the registry."""
+def recommended_model(skill: Skill, *, offline: bool | None = None, available=None) -> str:
+    """The real model when it can be obtained (`available`: its engine.models.availability answer), else the
+    built-in demo model (built offline in seconds). `offline=True` means the demo model whatever else."""
     settings = skill.stage(STAGE).settings
-    return settings["default_offline"] if offline else settings["default_online"]
+    if offline or (available is not None and not available.obtainable):
+        return settings["default_offline"]
+    if available is None and offline is None:
+        return settings["default_offline"]  # not known yet: the fallback until the check answers
+    return settings["default_online"]
+
+
+def check_availability(skill: Skill, *, probe_network: bool, timeout_s: float = 5.0):
+    """engine.models.availability for the skill's real model (cached copies first; hubs and the package index
+    only with probe_network). Never raises: a failed check is an Availability that says why."""
+    from engine.models.availability import Availability, availability
+
+    model_id = skill.stage(STAGE).settings["default_online"]
+    try:
+        return availability(model_id, models_dir=models_dir(skill), probe_network=probe_network,
+                            timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the demo model stands in; the reason is shown
+        return Availability(model_id, False, "none", detail=str(exc))
+
+
+def fetch_source(chosen: str, available) -> str:
+    """The download source to use: the user's choice, or for `auto` the one the availability check found."""
+    if chosen != "auto" or available is None or not available.obtainable:
+        return chosen
+    return available.source or "auto"
 
 
 def models_dir(skill: Skill) -> Path:

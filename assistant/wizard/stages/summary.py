@@ -27,7 +27,11 @@ class Summary:
     export_dir: str | None
     chat_command: str | None
     rewards: str | None = None
-    """A preference run's last reward accuracy and margin (None for SFT)."""
+    """A preference run's last figures (reward accuracy / margin, KTO's margin / KL, a reward model's accuracy)."""
+    answers: list[dict] | None = None
+    """A few validation rows {prompt, base, tuned, reference?}: the effect of training at a glance."""
+    load_hint: str | None = None
+    """How to load the result where there is no chat (a reward model)."""
 
 
 def summarize(state: WizardState, run_folder: Path) -> Summary:
@@ -42,7 +46,7 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
     validation = f"{len(answers)} × (base, tuned) → {display_path(run.path / ANSWERS_FILE)}" if answers else None
     has_infer = (run.path / INFER_FILE).is_file()
     output = status.output_dir or state.output_dir
-    rewards = [m for m in metrics if m.get("rewards/accuracies") is not None]
+    figures = final_figures(status)
     return Summary(
         run_folder=display_path(run.path),
         output_dir=display_path(output) if output else None,
@@ -55,6 +59,29 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
         validation=validation,
         export_dir=display_path(state.export_dir) if state.exported and state.export_dir else None,
         chat_command=chat_command(run.path, state.device) if has_infer else None,
-        rewards=(f"{rewards[-1]['rewards/accuracies']:.2f} / {rewards[-1].get('rewards/margins', 0.0):+.3f}"
-                 if rewards else None),
+        rewards=figures,
+        answers=pick_answers(answers),
+        load_hint=reward_model_hint(state, output) if status.stage == "rm" and output else None,
     )
+
+
+def final_figures(status) -> str | None:
+    """The stage's own end figures from status.json (final_metrics), e.g. accuracy 0.92 · margins +0.41."""
+    values = status.final_metrics or {}
+    shown = [f"{name.rsplit('/', 1)[-1]} {value:+.3f}" for name, value in values.items()
+             if isinstance(value, (int, float))]
+    return " · ".join(shown) or None
+
+
+def pick_answers(rows: list[dict], count: int = 2) -> list[dict]:
+    """Validation rows to show: where base and tuned differ first (the effect), held-out rows before typed ones."""
+    ranked = sorted(rows, key=lambda row: (row.get("base") == row.get("tuned"), row.get("reference") is None))
+    return ranked[:count]
+
+
+def reward_model_hint(state: WizardState, output: str) -> str:
+    """A reward model has no chat: how to load it (transformers; PEFT on top of its base for LoRA)."""
+    if is_adapter(state.method):
+        return (f"AutoModelForSequenceClassification.from_pretrained(BASE, num_labels=1) + "
+                f"PeftModel.from_pretrained(model, '{display_path(output)}')")
+    return f"AutoModelForSequenceClassification.from_pretrained('{display_path(output)}')"

@@ -18,6 +18,7 @@ from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.stages.gpu import device_env, env_prefix
 from assistant.wizard.state import WizardState
 from engine.runstatus import RunStatus
+from engine.resources import resource_dir
 
 STAGE = "train"
 TERMINAL_STATES = ("completed", "failed", "stopped")
@@ -64,7 +65,7 @@ def display_path(path: str | Path) -> str:
     """A path relative to the working directory when it lies inside it (shorter in tables and commands); the
     project's own examples/ as examples/...; anything else as it is."""
     path = Path(path).expanduser()
-    for base in (Path.cwd(), Path(__file__).resolve().parents[3]):
+    for base in (Path.cwd(), resource_dir("examples").parent):
         try:
             return str(path.resolve().relative_to(base.resolve()))
         except ValueError:

@@ -1,4 +1,9 @@
-"""Freeze tuning: train only the last N decoder layers (or the first N when negative); the rest stays fixed."""
+"""Freeze tuning: train only the last N decoder layers (or the first N when negative); the rest stays fixed.
+
+As in LLaMA-Factory: N beyond the layer count trains every layer; ``freeze_extra_modules`` names modules outside
+the decoder layers that train too (embed_tokens, norm, lm_head, ...), matched as there: every parameter whose name
+contains the module name.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +12,48 @@ import re
 from engine.errors import ConfigError
 from engine.methods.full import load_for_resume, save  # noqa: F401 - output is a full model
 
+_LAYER = re.compile(r"\.layers\.(\d+)\.")
+
 
 def trainable_layer_ids(num_layers: int, trainable_layers: int) -> list[int]:
-    if trainable_layers == 0 or abs(trainable_layers) > num_layers:
-        raise ConfigError(f"freeze_trainable_layers must be between 1 and {num_layers} (or -1 to -{num_layers}) "
-                          f"for this model, got {trainable_layers}.")
+    """The last N layers (N > 0) or the first -N (N < 0), every layer when |N| exceeds the count."""
+    if trainable_layers == 0:
+        raise ConfigError("freeze_trainable_layers is 0: no layer would train. Use N > 0 (the last N layers) or "
+                          "N < 0 (the first N).")
     if trainable_layers > 0:
-        return list(range(num_layers - trainable_layers, num_layers))
-    return list(range(-trainable_layers))
+        return list(range(max(0, num_layers - trainable_layers), num_layers))
+    return list(range(min(-trainable_layers, num_layers)))
+
+
+def outside_layer_modules(model) -> list[str]:
+    """Names of the modules that hold parameters outside the numbered layers (what freeze_extra_modules takes)."""
+    return sorted({name.split(".")[-2] for name, _ in model.named_parameters()
+                   if re.search(r"\.\d+\.", name) is None and "." in name})
 
 
 def prepare(model, config):
     num_layers = model.config.num_hidden_layers
     layer_ids = set(trainable_layer_ids(num_layers, config.freeze_trainable_layers))
     modules = [m.strip() for m in config.freeze_trainable_modules.split(",") if m.strip()]
-    layer_pattern = re.compile(r"\.layers\.(\d+)\.")
+    extra = [m.strip() for m in (getattr(config, "freeze_extra_modules", None) or "").split(",") if m.strip()]
+    known = outside_layer_modules(model)
+    unknown = [name for name in extra if name not in known]
+    if unknown:
+        raise ConfigError(f"freeze_extra_modules: {', '.join(unknown)} matches no module outside the decoder "
+                          f"layers; this model has: {', '.join(known)}.")
     for name, parameter in model.named_parameters():
-        match = layer_pattern.search(name)
+        match = _LAYER.search(name)
         in_layer = bool(match) and int(match.group(1)) in layer_ids
         in_module = modules == ["all"] or any(f".{m}." in name or name.endswith(f".{m}") for m in modules)
         # A reward model's score head is new: it always trains.
-        parameter.requires_grad_((in_layer and in_module) or name.startswith("score."))
+        trained = (in_layer and in_module) or name.startswith("score.") or any(m in name for m in extra)
+        parameter.requires_grad_(trained)
     return model
+
+
+def layer_note(num_layers: int, trainable_layers: int) -> str | None:
+    """The note for freeze_trainable_layers beyond the layer count (every layer trains, as in LLaMA-Factory)."""
+    if abs(trainable_layers) <= num_layers:
+        return None
+    return (f"freeze_trainable_layers is {trainable_layers} but the model has {num_layers} layers: all "
+            f"{num_layers} train, as in LLaMA-Factory.")

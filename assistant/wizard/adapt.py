@@ -1,0 +1,78 @@
+"""Changes to the example config that come from this machine and this data, each with its reason for the diff.
+
+build.py applies them after its own (model, method, data, device, demo sizes), before the user's accepted advice
+and edits, which always win:
+
+- a small real model trained on a CPU gets the skill's `cpu_small_model` changes (a learning rate and batch
+  shape that show an effect within the steps a CPU run affords);
+- a few rows of the user's data are held out of training (val_size) so validation can ask them and show the
+  answers the data gives beside the model's;
+- the pre-flight's proposal, when the configured micro-batch did not fit: the largest one that did, with
+  gradient accumulation raised to keep the effective batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from assistant.i18n import t
+from assistant.wizard.skill import Skill
+from assistant.wizard.state import WizardState
+
+Change = tuple[str, Any, str]
+
+
+def _on_cpu(state: WizardState) -> bool:
+    return not state.device or state.device.get("platform") == "cpu"
+
+
+def params_b(state: WizardState) -> float | None:
+    """The model's size in billions of parameters: the registry's figure, else the weights on disk counted as
+    fp32 (4 bytes each: a 16-bit file then reads as half its size, which only errs towards "small")."""
+    from pathlib import Path
+
+    from engine.models.registry import find_model
+
+    for name in (state.model, state.model_path):
+        entry = find_model(name or "") if name else None
+        if entry is not None:
+            return entry.params_b
+    if state.model_path and Path(state.model_path).is_dir():
+        weights = sum(p.stat().st_size for p in Path(state.model_path).glob("*.safetensors"))
+        return weights / 4e9 if weights else None
+    return None
+
+
+def cpu_small_model_changes(state: WizardState, skill: Skill) -> list[Change]:
+    """The skill's `cpu_small_model` changes when a real model of at most `max_params_b` trains on a CPU."""
+    rule = skill.stage("config").settings.get("cpu_small_model")
+    if not rule or state.family == "demo" or not _on_cpu(state):
+        return []
+    size = params_b(state)
+    if size is None or size > float(rule.get("max_params_b", 0)):
+        return []
+    reason = t("reason.cpu_small_model", params=f"{size * 1000:.0f}M")
+    return [(key, value, reason) for key, value in (rule.get("changes") or {}).items()]
+
+
+def held_out_changes(state: WizardState, skill: Skill) -> list[Change]:
+    """val_size: the data stage's `held_out` rows, when the chosen data has at least four times as many."""
+    count = int(skill.stage("data").settings.get("held_out", 0) or 0)
+    rows = sum(state.dataset_rows.get(name, 0) for name in state.datasets)
+    if not count or rows < 4 * count:
+        return []
+    return [("val_size", count, t("reason.held_out", count=count))]
+
+
+def measured_changes(state: WizardState) -> list[Change]:
+    """The pre-flight's proposal the user has (its micro-batch did fit where the configured one did not)."""
+    fit = state.fit or {}
+    if not fit.get("per_device_train_batch_size"):
+        return []
+    reason = t("reason.measured", why=fit.get("reason", ""))
+    return [("per_device_train_batch_size", fit["per_device_train_batch_size"], reason),
+            ("gradient_accumulation_steps", fit["gradient_accumulation_steps"], reason)]
+
+
+def adaptations(state: WizardState, skill: Skill) -> list[Change]:
+    return cpu_small_model_changes(state, skill) + held_out_changes(state, skill) + measured_changes(state)

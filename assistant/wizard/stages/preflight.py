@@ -1,0 +1,77 @@
+"""The measured pre-flight of stage 3: which config was measured, what it found, and how that reads.
+
+The screen asks engine.api.measure_steps (a child process: a few real optimizer steps on the chosen device, the
+longest micro-batches first) before the config is confirmed. A result belongs to the config it measured (`key`):
+an edit that changes the work per step asks again, one that does not (logging, saving, the output folder) keeps
+it. When the configured micro-batch does not fit, the measurement's proposal becomes `state.fit`, which the build
+applies with its reason (assistant/wizard/adapt.py) — and the stored result is keyed to that new config, since
+the proposal is exactly what was measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from assistant.formatting import fmt_duration
+from assistant.i18n import t
+from assistant.wizard.state import WizardState
+
+# Keys that change nothing a step computes: editing them keeps the measurement.
+UNMEASURED = ("logging_steps", "save_steps", "save_total_limit", "save_strategy", "plot_loss", "output_dir",
+              "report_to", "overwrite_output_dir", "eval_steps", "eval_strategy", "run_name", "save_only_model")
+
+
+def measure_key(config: dict[str, Any]) -> str:
+    data = {key: value for key, value in config.items() if key not in UNMEASURED}
+    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def waiting_for(state: WizardState) -> str | None:
+    """Why the pre-flight cannot run yet (the model is still being fetched, or failed to be), or None."""
+    fetch = state.download.get("state")
+    if fetch == "running":
+        return t("preflight.waiting_model")
+    if fetch == "failed" or not state.model_path:
+        return t("preflight.no_model")
+    return None
+
+
+def current(state: WizardState, config: dict[str, Any]):
+    """The stored measurement of this config (engine.measurement.Measurement), or None."""
+    from engine.measurement import Measurement
+
+    stored = state.measured or {}
+    if stored.get("key") != measure_key(config) or not stored.get("result"):
+        return None
+    return Measurement.from_dict(stored["result"])
+
+
+def record(state: WizardState, config: dict[str, Any], measurement) -> WizardState:
+    """Keep the result; a proposal becomes the fit the build applies, and the result is keyed to its config."""
+    result = measurement.to_dict()
+    if not measurement.proposal:
+        return state.replace(measured={"key": measure_key(config), "result": result})
+    fit = dict(measurement.proposal, reason=measurement.reason)
+    return state.replace(fit=fit, measured={"key": measure_key(dict(config, **measurement.proposal)),
+                                            "result": result})
+
+
+def gib(value: float | None) -> str:
+    return "?" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def describe(measurement) -> list[tuple[str, str]]:
+    """(level, line) pairs: level "" for facts, "warning" for what needs attention."""
+    m = measurement
+    if not m.fits:
+        return [("warning", t("preflight.no_fit", why=m.reason)), *(("warning", note) for note in m.notes)]
+    lines = [("", t("preflight.result", device=m.device.split(":")[0].upper(), step=f"{m.step_s:.2f}",
+                     tps=f"{m.tokens_per_s:,.0f}", peak=gib(m.peak_bytes), free=gib(m.limit_bytes))),
+             ("", t("preflight.prediction", total=fmt_duration(m.predicted_s), steps=m.total_steps,
+                    startup=fmt_duration(m.startup_s)))]
+    if m.proposal:
+        lines.append(("warning", t("preflight.proposal", why=m.reason)))
+    lines += [("warning", note) for note in m.notes]
+    return lines

@@ -1,0 +1,129 @@
+"""The pre-flight's result and its launcher, importable without torch (the TUI and the CLI use them).
+
+`measure_steps(config)` runs `python -m engine.recipes.measure` in a child process on a copy of the config and
+returns its `Measurement`: measured step time, throughput, start-up, peak memory, the predicted total time, and
+whether the micro-batch fits (with a proposal when it does not). See engine/recipes/measure.py for how.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import EngineError
+
+
+@dataclass
+class Measurement:
+    """What a pre-flight found. Times in seconds, memory in bytes."""
+
+    device: str
+    micro_batch: int
+    """per_device_train_batch_size that was measured (the proposal's when the asked one did not fit)."""
+    grad_accum: int
+    steps_timed: int
+    step_s: float
+    """Mean seconds per optimizer step over the timed steps (the epoch's longest: a pessimistic figure)."""
+    tokens_per_s: float
+    """Input tokens (padding included: it is computed too) per second over the timed steps."""
+    startup_s: float
+    """Process start to the first step: imports, model load, data encoding. The real run pays it too."""
+    peak_bytes: int
+    """Peak resident memory of the process (CPU) or peak allocated GPU memory (CUDA)."""
+    limit_bytes: int | None
+    """Memory the run may use on that device (free now plus what the process held), None when unknown."""
+    total_steps: int
+    predicted_s: float
+    """Start-up plus every optimizer step of the run at the measured throughput (evaluation and checkpoint saves
+    not included)."""
+    fits: bool
+    proposal: dict | None = None
+    """{per_device_train_batch_size, gradient_accumulation_steps} when the configured micro-batch did not fit."""
+    reason: str = ""
+    """Why the proposal: what did not fit, and how the effective batch is kept."""
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    """How long the pre-flight itself took (filled in by the launcher)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+class MeasureCancelled(EngineError):
+    """The caller stopped the pre-flight (the config changed meanwhile)."""
+
+
+def _config_file(config, folder: Path) -> Path:
+    """The config with absolute paths, written where the child reads it (relative paths would move with it)."""
+    from engine.config import config_to_dict, dump_yaml
+    from engine.config.paths import dataset_dir_of
+
+    data = config_to_dict(config)
+    data["dataset_dir"] = str(dataset_dir_of(config).resolve())
+    model = data.get("model_name_or_path")
+    if model and Path(model).expanduser().exists():
+        data["model_name_or_path"] = str(Path(model).expanduser().resolve())
+    path = folder / f"{config.stage}.yaml"
+    dump_yaml(data, path)
+    return path
+
+
+def measure_steps(config, *, steps: int = 3, env: dict[str, str] | None = None,
+                  should_stop: Callable[[], bool] = lambda: False, timeout_s: float | None = None) -> Measurement:
+    """Time ``steps`` real optimizer steps (after one warm-up step on the longest micro-batches) of ``config`` in a
+    child process pinned by ``env`` (the run's device choice). EngineError with the reason when it cannot run;
+    MeasureCancelled when ``should_stop()`` turned true."""
+    began = time.time()
+    with tempfile.TemporaryDirectory(prefix="lfa-preflight-") as folder:
+        path = _config_file(config, Path(folder))
+        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+        root = str(Path(__file__).resolve().parent.parent)
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
+        command = [sys.executable, "-m", "engine.recipes.measure", str(path), "--steps", str(steps)]
+        with open(Path(folder) / "out.txt", "w+", encoding="utf-8") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=child_env, cwd=os.getcwd())
+            while process.poll() is None:
+                if should_stop() or (timeout_s is not None and time.time() - began > timeout_s):
+                    process.kill()
+                    process.wait()
+                    if should_stop():
+                        raise MeasureCancelled("pre-flight stopped")
+                    raise EngineError(f"The pre-flight took longer than {timeout_s:.0f} s and was stopped.")
+                time.sleep(0.2)
+            out.seek(0)
+            lines = out.read().splitlines()
+    return _result(process.returncode, lines, time.time() - began)
+
+
+def _result(returncode: int, lines: list[str], wall_s: float) -> Measurement:
+    for line in reversed(lines):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if "measurement" in data:
+                measurement = Measurement.from_dict(data["measurement"])
+                measurement.wall_s = wall_s
+                return measurement
+            if "error" in data:
+                raise EngineError(f"The pre-flight could not run: {data['error']}")
+    if returncode < 0:
+        raise EngineError(f"The pre-flight process was killed (signal {-returncode}); out of memory is the usual "
+                          "cause: lower per_device_train_batch_size or cutoff_len.")
+    tail = " / ".join(line.strip() for line in lines[-3:] if line.strip()) or f"exit code {returncode}"
+    raise EngineError(f"The pre-flight failed: {tail}")
