@@ -11,3 +11,8 @@ def fmt_duration(seconds: float | None) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def metric_words(name: str) -> str:
+    """A metric's name in a sentence: ``rewards/accuracies`` -> ``reward accuracies``, ``kl`` -> ``kl``."""
+    return name.replace("rewards/", "reward ").replace("/", " ")

@@ -67,6 +67,10 @@ async def test_unsupported_model_and_missing_path_can_be_corrected(workspace):
         template.focus()
         await pilot.press(*"qwen3", "enter")
         await wait_until(pilot, lambda: app.state.template == "qwen3" and app.state.family == "custom")
+        await wait_until(pilot, lambda: on_screen(app, "GpuScreen"), what="Enter on the template goes on")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), what="back to the model")
+        field = app.screen.query_one("#model-input")
         field.value = "./models/not-here"
         field.focus()
         await pilot.press("enter")

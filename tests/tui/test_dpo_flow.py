@@ -59,6 +59,7 @@ async def test_dpo_walk_on_the_demo_model_completes_with_reward_metrics(workspac
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="dpo.yaml table")
         dialog = app.screen
         table = dialog.query_one("#confirm-table")
+        await wait_until(pilot, lambda: table.row_count > 0, what="the table filled")
         assert "dpo.yaml" in dialog.title_text and table.row_count < len(dialog.rows)
         assert "a shows all" in _text(app, "#folded")
         await pilot.press("a")
@@ -74,10 +75,10 @@ async def test_dpo_walk_on_the_demo_model_completes_with_reward_metrics(workspac
         assert not app.screen.query_one("#chart").display and app.screen.query_one("#log").has_class("full")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "LossScreen"))
-        assert "Reward accuracy" in _text(app, "#loss-info")
+        assert "Reward accuracies" in _text(app, "#loss-info")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "SummaryScreen"))
-        assert "Reward accuracy / margin:" in _text(app, "#summary")
+        assert "reward accuracies +" in _text(app, "#summary") and "reward margins" in _text(app, "#summary")
     assert "_lora-dpo_" in app.state.run_id
     again = make_app(workspace, resume=app.state.run_id)  # --resume continues under the run's own workflow
     async with again.run_test(size=SIZE) as pilot:

@@ -24,12 +24,15 @@ async def test_offline_download_fails_clearly_and_the_user_can_pick_another_mode
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
         assert "will be downloaded into models/Qwen3-0.6B" in str(app.screen.query_one("#resolution").render())
-        await pilot.press("ctrl+n")
-        assert on_screen(app, "ModelScreen")  # not on this machine and no download started: stays
-        app.screen.query_one("#fetch").press()
+        await pilot.press("ctrl+n")  # the recommended action: the download starts and the wizard goes on
         await wait_until(pilot, lambda: app.state.download.get("state") == "failed", what="offline failure")
         assert "HF_HUB_OFFLINE" in app.state.download["error"]
         assert "failed" in str(app.screen.query_one("#board").render())
+        if not on_screen(app, "ModelScreen"):
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), what="back to the model")
+        assert not app.state.model_path  # a failed download gives no model
+        field = app.screen.query_one("#model-input")
         field.value = "lf-tiny-qwen3"
         field.focus()
         await pilot.press("enter")

@@ -27,7 +27,7 @@ async def _launch_long_run(pilot, app) -> None:
     await wait_until(pilot, lambda: on_screen(app, "GpuScreen") and app.device_report is not None)
     await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"))
-    await _edit(pilot, app, "num_train_epochs", "8")  # 80 steps: long enough to be killed half-way
+    await _edit(pilot, app, "num_train_epochs", "8")  # hundreds of steps: long enough to be killed half-way
     await _edit(pilot, app, "save_steps", "5")
     await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"))
@@ -44,6 +44,7 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
         await wait_until(pilot, lambda: find_complete_checkpoints(output_dir), timeout=180, what="a checkpoint")
         status = run.read_status()
         assert status.state == "running" and status.step < status.total_steps
+        planned = status.total_steps
         os.killpg(status.pid, signal.SIGKILL)  # the run's own session: the training process and its children
         await wait_until(pilot, lambda: app.screen.status.state == "failed", timeout=30, what="failure seen")
         assert "resume" in messages(app)
@@ -68,7 +69,7 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
             await wait_until(pilot, lambda: third.screen.status.state == "completed", timeout=300,
                              what="completion")
     status = run.read_status()
-    assert status.state == "completed" and status.step == status.total_steps == 80
+    assert status.state == "completed" and status.step == status.total_steps == planned
     events = run.read_events()
     kinds = [e["event"] for e in events]
     assert "resume_requested" in kinds and kinds.count("launched") == 2

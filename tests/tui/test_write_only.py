@@ -1,5 +1,7 @@
 """The "write the configs, I run them elsewhere" route: every YAML is shown, confirmed, written; nothing runs."""
 
+import json
+
 import yaml
 from pilot_helpers import SIZE, choose_datasets, make_app, messages, on_screen, wait_until
 
@@ -41,7 +43,8 @@ async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(worksp
         assert yaml.safe_load((run / "infer.yaml").read_text()) == infer_rows
         assert infer_rows["adapter_name_or_path"] == shown["output_dir"]
         assert "lf-assistant chat lf_runs/" in str(app.screen.query_one("#chat-again").render())
-        assert (run / "prompts.txt").read_text().count("\n") == 3
+        written = [json.loads(line) for line in (run / "prompts.jsonl").read_text().splitlines()]
+        assert [row["prompt"] for row in written] == app.state.prompts and len(written) == 3  # nothing held out yet
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ExportScreen"), what="export screen")
         assert app.screen.query_one("#export-dir").value == "models/lf-tiny-qwen3-merged"

@@ -83,7 +83,7 @@ def test_wizard_in_chromium_drives_stages_and_resumes_after_reopening(web_folder
             terminal.press("Space", "ArrowDown", "Space", "Control+n")  # identity off, alpaca_demo on (no placeholders)
             terminal.wait_for("Stage 2 · Model")
             assert "[x] 1. Data" in terminal.wait_for("[~] 2. Model")
-            assert "lf-tiny-qwen3" in terminal.wait_for("Recommended: lf-tiny-qwen3")
+            assert "lf-tiny-qwen3" in terminal.wait_for("Recommended: the built-in demo model")
             page.screenshot(path=str(tmp_path / "wizard-model-stage.png"))
             page.close()  # closing the tab ends that wizard process; its answers are saved
 

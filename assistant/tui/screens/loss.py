@@ -9,6 +9,7 @@ from textual.widgets import Button, Static
 
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
+from assistant.formatting import metric_words
 from assistant.tui.screens.train import metric_label, metric_series
 from assistant.tui.widgets.chart import LossChart
 from assistant.wizard.stages.train import display_path
@@ -46,7 +47,7 @@ class LossScreen(StageScreen):
         for name in train_settings.get("chart", ["loss"]):
             values = points(name)
             if name != "loss" and values:
-                lines.append(t("loss.metric", name=metric_label(name), first=f"{values[0][1]:+.3f}",
+                lines.append(t("loss.metric", name=metric_words(name).capitalize(), first=f"{values[0][1]:+.3f}",
                                last=f"{values[-1][1]:+.3f}"))
         self.query_one("#loss-info", Static).update(escape("\n".join(lines)))
         self.query_one("#continue", Button).focus()

@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Button, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from assistant.formatting import fmt_duration
+from assistant.formatting import fmt_duration, metric_words
 from assistant.i18n import t
 from assistant.tui.messages import RunPolled, RunStarted
 from assistant.tui.screens.base import StageScreen
@@ -54,7 +54,7 @@ def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
 
 
 def metric_label(name: str) -> str:
-    """rewards/accuracies -> accuracies: the chart legend and the numbers line must fit ~54 columns."""
+    """rewards/accuracies -> accuracies: the chart legend must fit ~54 columns."""
     return name.rsplit("/", 1)[-1]
 
 
@@ -272,7 +272,7 @@ class TrainScreen(StageScreen):
             tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-"))
         rewards = self.query_one("#rewards", Static)
         shown = [name for name in self.stage.settings.get("chart", ["loss"]) if name != "loss"]
-        figures = [f"{metric_label(name)} {last[name]:+.3f}" for name in shown if last.get(name) is not None]
+        figures = [f"{metric_words(name)} {last[name]:+.3f}" for name in shown if last.get(name) is not None]
         rewards.display = bool(figures)
         rewards.update(" · ".join(figures))
 

@@ -66,9 +66,12 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
 
 
 def final_figures(status) -> str | None:
-    """The stage's own end figures from status.json (final_metrics), e.g. accuracy 0.92 · margins +0.41."""
+    """The stage's own end figures from status.json (final_metrics), e.g. reward accuracies +0.92 · reward margins
+    +0.41."""
+    from assistant.formatting import metric_words
+
     values = status.final_metrics or {}
-    shown = [f"{name.rsplit('/', 1)[-1]} {value:+.3f}" for name, value in values.items()
+    shown = [f"{metric_words(name)} {value:+.3f}" for name, value in values.items()
              if isinstance(value, (int, float))]
     return " · ".join(shown) or None
 
