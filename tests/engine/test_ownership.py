@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -204,12 +205,18 @@ def test_stop_asks_through_the_run_folder_and_never_signals_a_stranger(demo_mode
 
         real = handle.status().process
         forged = ProcessIdentity(pid=stranger.pid, start_time=real.start_time, host=real.host)
-        handle.run.update_status(process=forged)
-        assert handle.status().state == "failed"  # the recorded process is gone as far as readers can tell
-        with pytest.raises(EngineError, match="not running"):
-            engine.stop("long", runs_dir=tmp_path / "runs", force=True)
-        assert stranger.poll() is None
-        handle.run.update_status(process=real)
+        # The trainer rewrites status.json every step: pause it while the test (a third writer, which never exists
+        # outside tests) forges and restores the record, so neither write is lost to the other.
+        os.kill(real.pid, signal.SIGSTOP)
+        try:
+            handle.run.update_status(process=forged)
+            assert handle.status().state == "failed"  # the recorded process is gone as far as readers can tell
+            with pytest.raises(EngineError, match="not running"):
+                engine.stop("long", runs_dir=tmp_path / "runs", force=True)
+            assert stranger.poll() is None
+            handle.run.update_status(process=real)
+        finally:
+            os.kill(real.pid, signal.SIGCONT)
         engine.stop("long", runs_dir=tmp_path / "runs")
         status = handle.wait(timeout=120)
         assert status.state == "stopped" and status.last_checkpoint
