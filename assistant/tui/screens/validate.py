@@ -187,8 +187,9 @@ class ValidateScreen(StageScreen):
         validate.write_prompts(self.wizard.run_folder, outcome.state.prompts, self.held_out)
         completion = self.mode == "completion"
         if self.state.execution != "run_here":
+            chat = validate.chat_command(self.wizard.run_folder, self.state.device, here=False)
             self.query_one("#chat-again", Static).update(escape(t(
-                "validate.commands_elsewhere", chat=validate.chat_command(self.wizard.run_folder, self.state.device),
+                "validate.commands_elsewhere", chat=chat,
                 command=validate.batch_command_text(self.state, self.wizard.run_folder, completion=completion))))
             self._ready_to_leave()
             return

@@ -160,11 +160,14 @@ def write_prompts(run_folder: Path, prompts: list[str], held_out: list[dict] | N
 
 
 # --------------------------------------------------------------------------------------------- commands
-def chat_command(run_folder: Path, device: dict | None = None) -> str:
-    """The interactive chat, pinned to the run's device like everything else."""
+def chat_command(run_folder: Path, device: dict | None = None, *, here: bool = True) -> str:
+    """The interactive chat, pinned to the run's device like everything else. ``here``: as a command that works in
+    a fresh shell on this machine (the venv need not be active); otherwise as typed where lf-assistant is installed."""
+    from assistant.command import self_command
     from assistant.wizard.stages.gpu import env_prefix
 
-    return f"{env_prefix(device)}lf-assistant chat {display_path(Path(run_folder) / INFER_FILE)}"
+    program = self_command() if here else "lf-assistant"
+    return f"{env_prefix(device)}{program} chat {display_path(Path(run_folder) / INFER_FILE)}"
 
 
 def validate_command(run_folder: Path, *, completion: bool = False) -> list[str]:
