@@ -255,7 +255,7 @@ def download(
     from engine.data.registry import find_dataset_dir, get_dataset_spec
     from engine.models.dataset_download import start_dataset_download
 
-    from assistant.cli.models import _follow
+    from assistant.cli.models import follow_to_end
 
     console = Console(highlight=False)
     spec = get_dataset_spec(name, find_dataset_dir(str(dataset_dir)))
@@ -266,12 +266,5 @@ def download(
         return
     job = start_dataset_download(spec, cache)
     console.print(f"{safe(job.progress.message)}\n-> {safe(job.target)}", soft_wrap=True)
-    try:
-        final = _follow(job)
-    except KeyboardInterrupt:
-        job.cancel()
-        final = job.wait(10)
-    if final.error:
-        console.print(f"[red]{safe(final.error)}[/red]", soft_wrap=True)
-        raise typer.Exit(1)
+    final = follow_to_end(job)
     console.print(f"[green]{safe(name)}: {safe(final.message)}[/green]", soft_wrap=True)

@@ -185,14 +185,7 @@ def download(
 
     job = start_download(model_id, source=source, out_dir=out)  # type: ignore[arg-type]
     console.print(f"{safe(job.progress.message)}\n{safe(job.repo_id)} -> {safe(job.target)}", soft_wrap=True)
-    try:
-        final = _follow(job)
-    except KeyboardInterrupt:
-        job.cancel()
-        final = job.wait(10)
-    if final.error:
-        console.print(f"[red]{safe(final.error)}[/red]", soft_wrap=True)
-        raise typer.Exit(1)
+    final = follow_to_end(job)
     console.print(f"[green]{safe(final.message)}[/green]", soft_wrap=True)
 
 
@@ -233,6 +226,19 @@ def _with_steps(work):
         return work(report_lines)
     with console.status("starting") as status:
         return work(lambda step, total, text: status.update(f"[{step}/{total}] {text}"))
+
+
+def follow_to_end(job):
+    """Follow a download job (models or datasets) to its end; Ctrl+C cancels it. Exits 1 with its error."""
+    try:
+        final = _follow(job)
+    except KeyboardInterrupt:
+        job.cancel()
+        final = job.wait(10)
+    if final.error:
+        console.print(f"[red]{safe(final.error)}[/red]", soft_wrap=True)
+        raise typer.Exit(1)
+    return final
 
 
 def _follow(job):
