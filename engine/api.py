@@ -8,7 +8,6 @@ trainings can never share a folder. Nothing here imports torch at module import;
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
@@ -26,15 +25,9 @@ from engine.runstatus import LIVE_STATES, ProcessIdentity, RunState, RunStatus, 
 from engine.rundir import RunDir, find_run, new_run_id, runs_root
 
 
-
 def validate(config: TrainConfig) -> list[str]:
     """Every problem of the config as a sentence that says what to change; [] when it can run."""
     return _validate(config)
-
-
-def config_warnings(config: TrainConfig) -> list[str]:
-    """What the config allows but probably does not mean (e.g. a LoRA rank as wide as the layers)."""
-    return _warnings(config)
 
 
 def config_warnings(config: TrainConfig) -> list[str]:

@@ -46,8 +46,6 @@ def gpus(
 
 
 def _print_gpu_table(console: Console, report) -> None:
-    from rich.markup import escape
-
     from assistant.cli.tables import Column, print_table
 
     # Names and numbers stay whole; only the state column (the process list) wraps on narrow terminals.
