@@ -131,6 +131,29 @@ def report(clock: PhaseClock, steps: int, tokens: int, args, flops_per_token: fl
               f"{1000 * clock.cpu[phase] / steps:>13.1f}")
 
 
+def compare_gemm(model, optimizer, batcher, params, groups, plan) -> None:
+    """Every step's micro-batches run twice, with the reordered products and with the plain matmul (same process,
+    same data, alternating which goes first); prints each pair and the median ratio."""
+    import statistics
+
+    from engine.kernels.ops import frozen_gemm
+
+    ratios = []
+    for index, group in enumerate(groups):
+        rate = {}
+        for reordered in ((True, False) if index % 2 == 0 else (False, True)):
+            frozen_gemm.set_enabled(reordered)
+            start = time.perf_counter()
+            tokens = timed_step(model, optimizer, batcher, params, group, PhaseClock(), plan)
+            rate[reordered] = tokens / (time.perf_counter() - start)
+        ratios.append(rate[True] / rate[False])
+        print(f"step {index + 1}: reordered {rate[True]:.1f} tok/s, plain {rate[False]:.1f} tok/s, "
+              f"ratio {ratios[-1]:.2f}", flush=True)
+    frozen_gemm.set_enabled(True)
+    print(f"reordered copies: {frozen_gemm.cached_bytes() / 2**20:.0f} MB")
+    print(f"reordered vs plain matmul: ratio {statistics.median(ratios):.2f} (median of {len(ratios)} steps)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL, help="a model folder, a registry id or a demo model")
@@ -143,6 +166,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default); 1 as in compare_peers.py, for the same reason")
     parser.add_argument("--ops", type=int, default=0, help="also list the N most expensive torch operators")
+    parser.add_argument("--compare-gemm", action="store_true",
+                        help="alternate steps with the frozen weights reordered for oneDNN (engine/kernels/ops/"
+                             "frozen_gemm.py) and with the plain matmul, and print the ratio of the two")
+    parser.add_argument("--shapes", action="store_true",
+                        help="with --ops: one row per operator AND input shapes (which matmul is slow)")
     args = parser.parse_args()
 
     import torch
@@ -157,7 +185,11 @@ def main() -> None:
     for group in groups[:args.warmup]:
         timed_step(model, optimizer, batcher, params, group, clock, plan)
     clock.enabled = True
-    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.ops else None
+    if args.compare_gemm:
+        compare_gemm(model, optimizer, batcher, params, groups[args.warmup:], plan)
+        return
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      record_shapes=args.shapes) if args.ops else None
     tokens = 0
     if profiler:
         profiler.__enter__()
@@ -167,7 +199,9 @@ def main() -> None:
         profiler.__exit__(None, None, None)
     report(clock, len(groups) - args.warmup, tokens, args, flops_per_token, peak)
     if profiler:
-        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.ops))
+        averages = profiler.key_averages(group_by_input_shape=args.shapes)
+        print(averages.table(sort_by="self_cpu_time_total", row_limit=args.ops, max_name_column_width=40,
+                             max_shapes_column_width=60))
 
 
 if __name__ == "__main__":

@@ -243,6 +243,8 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
         q, k, v = (t.reshape(t.shape[1], count, length, t.shape[-1]).transpose(0, 1) for t in (query, key, value))
         out = F.scaled_dot_product_attention(q, k, v, **options)
         return out.transpose(1, 2).reshape(1, count * length, out.shape[1], out.shape[-1]), None
+    if query.device.type == "cpu" and options["dropout_p"] == 0.0 and query.dtype in (torch.float32, torch.float64):
+        return _PerSampleCausalAttention.apply(query, key, value, tuple(lengths), scaling), None
     parts, start = [], 0
     for length in lengths:
         window = slice(start, start + length)
@@ -250,6 +252,70 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
                                                     **options))
         start += length
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _per_sample_attention_class():
+    import torch
+
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+    class PerSampleCausalAttention(torch.autograd.Function):
+        """Causal attention within each sample of a packed row on CPU, as one autograd node.
+
+        The same flash kernel as ``F.scaled_dot_product_attention`` (grouped key/value heads included), but
+        autograd sees one function instead of a slice, a kernel and a concatenation per sample: slicing the
+        inputs made backward build a zero-filled full-size gradient for q, k and v per sample and sum them,
+        about 3% of a step on SmolLM2-135M with eight samples a row. Here each sample's gradients are written
+        into its window of one buffer. Output (1, T, heads, head_dim), written in place by window.
+        """
+
+        @staticmethod
+        def forward(ctx, query, key, value, lengths, scale):
+            out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])
+            lses, start = [], 0
+            for length in lengths:
+                window = slice(start, start + length)
+                part, lse = flash(query[:, :, window], key[:, :, window], value[:, :, window], 0.0, True,
+                                  scale=scale)
+                out[:, window] = part.transpose(1, 2)
+                lses.append(lse)
+                start += length
+            ctx.save_for_backward(query, key, value, out, *lses)
+            ctx.lengths, ctx.scale = lengths, scale
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            query, key, value, out, *lses = ctx.saved_tensors
+            grads = [torch.empty_like(t) for t in (query, key, value)]
+            start = 0
+            for length, lse in zip(ctx.lengths, lses):
+                window = slice(start, start + length)
+                parts = flash_backward(grad_out[:, window].transpose(1, 2), query[:, :, window], key[:, :, window],
+                                       value[:, :, window], out[:, window].transpose(1, 2), lse, 0.0, True,
+                                       scale=ctx.scale)
+                for grad, part in zip(grads, parts):
+                    grad[:, :, window] = part
+                start += length
+            return (*grads, None, None)
+
+    return PerSampleCausalAttention
+
+
+class _LazyFunction:
+    """The autograd Function above, built on first use (torch is not imported with engine.data)."""
+
+    def __init__(self, build):
+        self.build, self.function = build, None
+
+    def apply(self, *args):
+        if self.function is None:
+            self.function = self.build()
+        return self.function.apply(*args)
+
+
+_PerSampleCausalAttention = _LazyFunction(_per_sample_attention_class)
 
 
 def _block_causal_mask(lengths: list[int], device):

@@ -17,6 +17,7 @@ from typing import Literal
 
 import torch
 
+from engine.kernels.ops.frozen_gemm import frozen_linear, frozen_linear_t
 from engine.kernels.runtime import Backend, BackendChoice, resolve_backend
 
 LinearReduction = Literal["sum", "mean"]
@@ -83,16 +84,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         chunk_loss = _CHUNK_LOSS[backend]
+        # A frozen fp32 head on CPU runs on its weight reordered once (frozen_gemm); a cast copy is made anew
+        # per call, so it takes the plain products.
+        reuse = w_c is weight
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, hidden.shape[0], chunk_size):
                 h_chunk = h_all[start:start + chunk_size]
-                logits = h_chunk @ w_c.T if b_c is None else torch.addmm(b_c, h_chunk, w_c.T)
+                if reuse:
+                    logits = frozen_linear(h_chunk, w_c, b_c)
+                else:
+                    logits = h_chunk @ w_c.T if b_c is None else torch.addmm(b_c, h_chunk, w_c.T)
                 loss_sum, grad_logits = chunk_loss(logits, labels[start:start + chunk_size], scale, ignore_index,
                                                    need_h or need_w or need_b)
                 total += loss_sum
                 del logits
                 if grad_h is not None:
-                    grad_h[start:start + chunk_size] = grad_logits @ w_c
+                    grad_h[start:start + chunk_size] = frozen_linear_t(grad_logits, w_c) if reuse else grad_logits @ w_c
                 if grad_w is not None and grad_w.dtype == dtype:
                     grad_w.addmm_(grad_logits.T, h_chunk)
                 elif grad_w is not None:
