@@ -238,13 +238,14 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
     # enable_gqa: grouped-query heads share key/value heads without copies, as transformers' SDPA does unmasked
     options = dict(dropout_p=dropout if module.training else 0.0, scale=scaling, is_causal=True,
                    enable_gqa=query.shape[1] != key.shape[1])
+    if query.device.type == "cpu" and options["dropout_p"] == 0.0 and query.dtype in (torch.float32, torch.float64):
+        # its output is also what o_proj keeps for backward: one (T, hidden) copy per layer less than SDPA's
+        return _PerSampleCausalAttention.apply(query, key, value, tuple(lengths), scaling), None
     if len(set(lengths)) == 1:  # equal lengths: one batched call on a reshape, exactly the padded cost
         count, length = len(lengths), lengths[0]
         q, k, v = (t.reshape(t.shape[1], count, length, t.shape[-1]).transpose(0, 1) for t in (query, key, value))
         out = F.scaled_dot_product_attention(q, k, v, **options)
         return out.transpose(1, 2).reshape(1, count * length, out.shape[1], out.shape[-1]), None
-    if query.device.type == "cpu" and options["dropout_p"] == 0.0 and query.dtype in (torch.float32, torch.float64):
-        return _PerSampleCausalAttention.apply(query, key, value, tuple(lengths), scaling), None
     parts, start = [], 0
     for length in lengths:
         window = slice(start, start + length)
@@ -267,7 +268,9 @@ def _per_sample_attention_class():
         autograd sees one function instead of a slice, a kernel and a concatenation per sample: slicing the
         inputs made backward build a zero-filled full-size gradient for q, k and v per sample and sum them,
         about 3% of a step on SmolLM2-135M with eight samples a row. Here each sample's gradients are written
-        into its window of one buffer. Output (1, T, heads, head_dim), written in place by window.
+        into its window of one buffer. The output, (1, T, heads, head_dim), is written by window in the layout
+        the output projection reads, so the tensor kept for backward here is the one o_proj keeps: one
+        (T, hidden) copy per layer less than SDPA's output plus its transposed copy.
         """
 
         @staticmethod

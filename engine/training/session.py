@@ -40,10 +40,6 @@ class Session:
         seed_everything(config.seed)
         model_path = resolve_model_path(config)
         precision = choose_precision(config)
-        if precision.device.type == "cpu":
-            from engine.training.host_memory import return_large_frees
-
-            return_large_frees()
         if precision.note:
             logger.note(precision.note)
         tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code,

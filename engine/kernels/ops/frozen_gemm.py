@@ -1,20 +1,22 @@
-"""Products with a frozen weight on CPU, with the weight reordered once into oneDNN's blocked layout.
+"""Forward products with a frozen weight on CPU, with the weight reordered once into oneDNN's blocked layout.
 
-    y = frozen_linear(x2d, weight, bias)            # x2d @ weight.T + bias
-    dx = frozen_linear_t(dy2d, weight, add=other)   # dy2d @ weight + other (the same layer's input gradient)
+    y = frozen_linear(x2d, weight, bias)     # x2d @ weight.T + bias
 
 ``x @ weight.T`` through MKL packs the weight into its panel layout again on every call. A LoRA step's base
 weights never change, so here oneDNN's ``_linear_pointwise`` takes the weight already reordered for this CPU:
-the reordering is paid once per weight and run. Measured side by side on a 2-core AVX2 machine (2 threads,
-fp32, best of 5 calls each): the LM head of SmolLM2-135M (341 rows x 576, times a 576 x 49,152 weight) went
-from 67 to 107 GFLOP/s, the decoder's 2,048-token projections 5-15% faster; a whole LoRA step about 1.2x
-(``benchmarks/profile_step.py --compare-gemm`` compares both in one run).
+the reordering is paid once per weight and run. On a 2-core AVX2 machine (2 threads, fp32, best of 5 calls):
+the LM head of SmolLM2-135M (341 rows x 576, times a 576 x 49,152 weight) went from 67 to 107 GFLOP/s, its
+2,048-token decoder projections 5-15% faster. A whole LoRA step of that model, the same steps run both ways in
+one process (``benchmarks/profile_step.py --compare-gemm``): 1.12x on skewed lengths, about 1.2x on 256-token
+rows. Reordered copies of the backward orientation (``dy @ weight``) too measured no faster in fresh processes
+and would cost a second copy, so the input gradients keep MKL.
 
-The cost is memory: one reordered copy per weight and orientation used, the size of the weight. Copies are made
-only within a budget (a quarter of the memory available when the first one is made, ``set_budget`` to change
-it); past it the plain matmul runs. They are cached per weight tensor, keyed by its storage, shape, strides and
-version counter, so a weight that is changed in place or replaced is never read stale, and a copy goes with its
-weight. Not under torch.distributed (FSDP shards weights; a full copy per rank would undo it).
+The cost is memory: one reordered copy of every frozen weight used, the size of the weight (about 540 MB for
+SmolLM2-135M in fp32). Copies are made only within a budget (a quarter of the memory available when the first
+is made; ``set_budget`` changes it); past it the plain matmul runs. They are cached per weight tensor, keyed by
+its storage, shape, strides and version counter, so a weight that is changed in place or replaced is never read
+stale, and a copy goes with its weight. Not under torch.distributed (FSDP shards weights; a full copy per rank
+would undo it).
 
 Results equal the plain matmul up to float rounding (oneDNN sums in another order). Anything that is not a CPU
 fp32 product made without autograd (inside an autograd Function), or a torch built without oneDNN, takes the
@@ -28,8 +30,8 @@ import weakref
 
 import torch
 
-# (id(weight), transposed) -> (key, reordered copy, bytes); the key guards against an in-place change
-_CACHE: dict[tuple[int, bool], tuple[tuple, torch.Tensor, int]] = {}
+# id(weight) -> (key, reordered copy, bytes); the key guards against an in-place change
+_CACHE: dict[int, tuple[tuple, torch.Tensor, int]] = {}
 _LOCK = threading.Lock()
 _STATE: dict[str, int | None] = {"budget": None}
 BUDGET_SHARE_OF_AVAILABLE = 0.25
@@ -78,8 +80,8 @@ def _budget() -> int:
     return int(_STATE["budget"])
 
 
-def _reordered(weight: torch.Tensor, transposed: bool) -> torch.Tensor | None:
-    slot = (id(weight), transposed)
+def _reordered(weight: torch.Tensor) -> torch.Tensor | None:
+    slot = id(weight)
     key = (weight.untyped_storage().data_ptr(), weight.storage_offset(), tuple(weight.shape),
            tuple(weight.stride()), weight._version)
     with _LOCK:
@@ -89,8 +91,7 @@ def _reordered(weight: torch.Tensor, transposed: bool) -> torch.Tensor | None:
         size = weight.numel() * weight.element_size()
         if cached_bytes() - (hit[2] if hit else 0) + size > _budget():
             return None
-        dense = weight.t().contiguous() if transposed else weight.contiguous()
-        packed = torch.ops.mkldnn._reorder_linear_weight(dense)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
         if hit is None:
             weakref.finalize(weight, _CACHE.pop, slot, None)
         _CACHE[slot] = (key, packed, size)
@@ -101,17 +102,7 @@ def frozen_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """``x2d @ weight.T (+ bias)`` for a weight that does not train; x2d is (rows, in)."""
     packed = None
     if _usable(x2d, weight) and (bias is None or (bias.dtype == torch.float32 and not bias.requires_grad)):
-        packed = _reordered(weight, False)
+        packed = _reordered(weight)
     if packed is None:
         return x2d @ weight.t() if bias is None else torch.addmm(bias, x2d, weight.t())
     return torch.ops.mkldnn._linear_pointwise(x2d.contiguous(), packed, bias, "none", [], "")
-
-
-def frozen_linear_t(dy2d: torch.Tensor, weight: torch.Tensor, *, add: torch.Tensor | None = None) -> torch.Tensor:
-    """``dy2d @ weight (+ add)`` for a weight that does not train; dy2d is (rows, out), add (rows, in)."""
-    packed = _reordered(weight, True) if _usable(dy2d, weight) else None
-    if packed is None:
-        return dy2d @ weight if add is None else torch.addmm(add, dy2d, weight)
-    if add is None:
-        return torch.ops.mkldnn._linear_pointwise(dy2d.contiguous(), packed, None, "none", [], "")
-    return torch.ops.mkldnn._linear_pointwise.binary(dy2d.contiguous(), add.contiguous(), packed, None, "add")

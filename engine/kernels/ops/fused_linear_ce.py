@@ -17,7 +17,7 @@ from typing import Literal
 
 import torch
 
-from engine.kernels.ops.frozen_gemm import frozen_linear, frozen_linear_t
+from engine.kernels.ops.frozen_gemm import frozen_linear
 from engine.kernels.runtime import Backend, BackendChoice, resolve_backend
 
 LinearReduction = Literal["sum", "mean"]
@@ -99,7 +99,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 total += loss_sum
                 del logits
                 if grad_h is not None:
-                    grad_h[start:start + chunk_size] = frozen_linear_t(grad_logits, w_c) if reuse else grad_logits @ w_c
+                    grad_h[start:start + chunk_size] = grad_logits @ w_c
                 if grad_w is not None and grad_w.dtype == dtype:
                     grad_w.addmm_(grad_logits.T, h_chunk)
                 elif grad_w is not None:

@@ -4,7 +4,7 @@ PEFT computes a LoRA linear as ``base(x) + lora_B(lora_A(dropout(x))) * scaling`
 that matter, that is three more tensors of the output's size (B's output, its scaled copy, the sum), and
 backward adds two more passes (the scaled gradient, and the adapter's input gradient summed into the base's).
 Here the adapter's contribution goes into the base output in place (``addmm_`` with ``alpha=scaling``), and in
-backward the adapter's input gradient is accumulated into the base's by the matmul itself. The frozen base's own
+backward the adapter's input gradient is accumulated into the base's by the matmul itself. The frozen base's forward
 products run on a weight reordered once for the CPU (engine/kernels/ops/frozen_gemm.py).
 
 ``lora_swiglu_mlp`` does the same for a whole gated MLP, ``down(silu(gate(x)) * up(x))`` with LoRA on all
@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 
 from engine.kernels.ops.frozen_gemm import frozen_linear as _base
-from engine.kernels.ops.frozen_gemm import frozen_linear_t as _base_t
 
 
 # The adapter's matmuls have one dimension of size rank (8, 16). MKL runs a product whose OUTPUT has few
@@ -54,7 +53,7 @@ class _LoraLinear(torch.autograd.Function):
         d_b = (z_t @ dy).mul_(ctx.scaling).t() if ctx.needs_input_grad[4] else None
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = _base_t(dy, weight).addmm_(dz_t.t(), lora_a).view(ctx.in_shape)
+            dx = (dy @ weight).addmm_(dz_t.t(), lora_a).view(ctx.in_shape)
         return dx, None, None, d_a, d_b, None
 
 
@@ -91,7 +90,7 @@ class _LoraSwiGLU(torch.autograd.Function):
         # down projection
         dz_d = _rank_rows(bd_lora.t(), dy).mul_(sd)
         d_bd = (z_d @ dy).mul_(sd).t()
-        d_hidden = _base_t(dy, wd).addmm_(dz_d.t(), ad)
+        d_hidden = (dy @ wd).addmm_(dz_d.t(), ad)
         act = F.silu(gate)
         d_ad = dz_d @ (act * up)  # the down projection's input, recomputed rather than saved
         d_up = act.mul_(d_hidden)  # reuses the activation's buffer
@@ -103,7 +102,7 @@ class _LoraSwiGLU(torch.autograd.Function):
         d_a = dz_gu @ x2d
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = _base_t(d_up, wu, add=_base_t(d_gate, wg)).addmm_(dz_gu.t(), torch.cat((ag, au))).view(ctx.in_shape)
+            dx = (d_gate @ wg).addmm_(d_up, wu).addmm_(dz_gu.t(), torch.cat((ag, au))).view(ctx.in_shape)
         return (dx, None, None, d_a[:rank_g], d_bg, None, None, d_a[rank_g:], d_bu, None, None, d_ad, d_bd, None)
 
 
