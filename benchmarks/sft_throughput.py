@@ -37,8 +37,10 @@ TEMPLATE = "qwen"
 
 
 def log_every(steps: int) -> int:
-    """Every 10 steps, but at least once in a short run, so that every contender has a final logged loss."""
-    return max(1, min(10, steps))
+    """About every 10 steps, and always at the last one (peer_runs.log_every)."""
+    from peer_runs import log_every as every
+
+    return every(steps, 10)
 
 
 def encoded_samples(model_dir: str, dataset: str):
