@@ -24,6 +24,7 @@ torch is imported inside the calls, so that `import engine.data` stays fast for 
 from __future__ import annotations
 
 import contextvars
+import functools
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
@@ -240,7 +241,7 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
                    enable_gqa=query.shape[1] != key.shape[1])
     if query.device.type == "cpu" and options["dropout_p"] == 0.0 and query.dtype in (torch.float32, torch.float64):
         # its output is also what o_proj keeps for backward: one (T, hidden) copy per layer less than SDPA's
-        return _PerSampleCausalAttention.apply(query, key, value, tuple(lengths), scaling), None
+        return _per_sample_attention().apply(query, key, value, tuple(lengths), scaling), None
     if len(set(lengths)) == 1:  # equal lengths: one batched call on a reshape, exactly the padded cost
         count, length = len(lengths), lengths[0]
         q, k, v = (t.reshape(t.shape[1], count, length, t.shape[-1]).transpose(0, 1) for t in (query, key, value))
@@ -255,7 +256,10 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _per_sample_attention_class():
+@functools.cache
+def _per_sample_attention():
+    """Per-sample causal attention as an autograd Function, built on first use (engine.data does not import
+    torch at import time)."""
     import torch
 
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -304,21 +308,6 @@ def _per_sample_attention_class():
             return (*grads, None, None)
 
     return PerSampleCausalAttention
-
-
-class _LazyFunction:
-    """The autograd Function above, built on first use (torch is not imported with engine.data)."""
-
-    def __init__(self, build):
-        self.build, self.function = build, None
-
-    def apply(self, *args):
-        if self.function is None:
-            self.function = self.build()
-        return self.function.apply(*args)
-
-
-_PerSampleCausalAttention = _LazyFunction(_per_sample_attention_class)
 
 
 def _block_causal_mask(lengths: list[int], device):

@@ -177,12 +177,12 @@ def test_packed_attention_function_matches_sdpa_with_the_block_mask():
 def test_per_sample_attention_gradients_equal_the_masked_sdpa():
     """The CPU per-sample function (one autograd node, gradients written by window) backpropagates exactly what
     SDPA with the block-diagonal mask does, for grouped key/value heads; and passes gradcheck in float64."""
-    from engine.data.packing import _PerSampleCausalAttention, _block_causal_mask
+    from engine.data.packing import _block_causal_mask, _per_sample_attention
 
     torch.manual_seed(1)
     lengths = (7, 3, 12, 1, 9)
     q, k, v = (torch.randn(1, h, 32, 8, requires_grad=True) for h in (4, 2, 2))
-    out = _PerSampleCausalAttention.apply(q, k, v, lengths, None)
+    out = _per_sample_attention().apply(q, k, v, lengths, None)
     assert out.shape == (1, 32, 4, 8)
     weights = torch.randn(out.shape)
     (out * weights).sum().backward()
@@ -197,4 +197,4 @@ def test_per_sample_attention_gradients_equal_the_masked_sdpa():
         assert reference.abs().max() > 0
         torch.testing.assert_close(grad, reference, atol=1e-5, rtol=1e-5, msg=name)
     small = [torch.randn(1, h, 9, 4, dtype=torch.float64, requires_grad=True) for h in (2, 1, 1)]
-    assert torch.autograd.gradcheck(lambda *t: _PerSampleCausalAttention.apply(*t, (4, 2, 3), 0.5), small)
+    assert torch.autograd.gradcheck(lambda *t: _per_sample_attention().apply(*t, (4, 2, 3), 0.5), small)

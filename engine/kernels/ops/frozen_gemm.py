@@ -25,6 +25,7 @@ plain matmul.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -33,11 +34,11 @@ import torch
 # id(weight) -> (key, reordered copy, bytes); the key guards against an in-place change
 _CACHE: dict[int, tuple[tuple, torch.Tensor, int]] = {}
 _LOCK = threading.Lock()
-_STATE: dict[str, int | None] = {"budget": None}
+_SETTINGS: dict = {"enabled": True, "budget": None}
 BUDGET_SHARE_OF_AVAILABLE = 0.25
-_ENABLED = {"on": True}
 
 
+@functools.cache
 def available() -> bool:
     """Whether this torch can run the reordered products (a CPU build with oneDNN)."""
     return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -46,12 +47,12 @@ def available() -> bool:
 
 def set_enabled(enabled: bool) -> None:
     """Switch the reordered products on or off for this process (benchmarks compare both in one run)."""
-    _ENABLED["on"] = bool(enabled)
+    _SETTINGS["enabled"] = bool(enabled)
 
 
 def set_budget(max_bytes: int | None) -> None:
     """At most ``max_bytes`` of reordered copies from now on (None: a quarter of the memory then available)."""
-    _STATE["budget"] = max_bytes
+    _SETTINGS["budget"] = max_bytes
 
 
 def cached_bytes() -> int:
@@ -66,18 +67,18 @@ def clear() -> None:
 
 
 def _usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (_ENABLED["on"] and x.device.type == "cpu" and x.dtype == torch.float32
+    return (_SETTINGS["enabled"] and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and weight.device.type == "cpu" and not weight.requires_grad
             and not torch.is_grad_enabled() and weight.dim() == 2 and type(weight) in (torch.Tensor, torch.nn.Parameter)
             and not (torch.distributed.is_available() and torch.distributed.is_initialized()) and available())
 
 
 def _budget() -> int:
-    if _STATE["budget"] is None:
+    if _SETTINGS["budget"] is None:
         import psutil
 
-        _STATE["budget"] = int(psutil.virtual_memory().available * BUDGET_SHARE_OF_AVAILABLE)
-    return int(_STATE["budget"])
+        _SETTINGS["budget"] = int(psutil.virtual_memory().available * BUDGET_SHARE_OF_AVAILABLE)
+    return int(_SETTINGS["budget"])
 
 
 def _reordered(weight: torch.Tensor) -> torch.Tensor | None:
@@ -104,5 +105,10 @@ def frozen_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     if _usable(x2d, weight) and (bias is None or (bias.dtype == torch.float32 and not bias.requires_grad)):
         packed = _reordered(weight)
     if packed is None:
-        return x2d @ weight.t() if bias is None else torch.addmm(bias, x2d, weight.t())
+        return plain_linear(x2d, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x2d.contiguous(), packed, bias, "none", [], "")
+
+
+def plain_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x2d @ weight.T (+ bias)`` through the plain matmul."""
+    return x2d @ weight.t() if bias is None else torch.addmm(bias, x2d, weight.t())

@@ -17,7 +17,7 @@ from typing import Literal
 
 import torch
 
-from engine.kernels.ops.frozen_gemm import frozen_linear
+from engine.kernels.ops.frozen_gemm import frozen_linear, plain_linear
 from engine.kernels.runtime import Backend, BackendChoice, resolve_backend
 
 LinearReduction = Literal["sum", "mean"]
@@ -86,14 +86,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         chunk_loss = _CHUNK_LOSS[backend]
         # A frozen fp32 head on CPU runs on its weight reordered once (frozen_gemm); a cast copy is made anew
         # per call, so it takes the plain products.
-        reuse = w_c is weight
+        head = frozen_linear if w_c is weight else plain_linear
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, hidden.shape[0], chunk_size):
                 h_chunk = h_all[start:start + chunk_size]
-                if reuse:
-                    logits = frozen_linear(h_chunk, w_c, b_c)
-                else:
-                    logits = h_chunk @ w_c.T if b_c is None else torch.addmm(b_c, h_chunk, w_c.T)
+                logits = head(h_chunk, w_c, b_c)
                 loss_sum, grad_logits = chunk_loss(logits, labels[start:start + chunk_size], scale, ignore_index,
                                                    need_h or need_w or need_b)
                 total += loss_sum
