@@ -103,3 +103,20 @@ def test_a_lora_step_on_cpu_runs_on_reordered_weights_and_trains_what_the_plain_
     for name, grad in reference.items():
         assert grad.abs().max() > 0, name
         torch.testing.assert_close(fast[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_skinny_products_equal_the_plain_matmul_in_any_strides():
+    """The adapters' rank-wide products (lora.py) through oneDNN: transposed views of both operands, as backward
+    passes them; autograd-visible or disabled calls take the plain matmul."""
+    g = torch.Generator().manual_seed(7)
+    x, dy = torch.randn(300, 96, generator=g), torch.randn(300, 160, generator=g)
+    a, b = torch.randn(8, 96, generator=g), torch.randn(160, 8, generator=g)
+    z, dz = x @ a.t(), dy @ b
+    cases = [(x, a), (dy, b.t()), (z.t(), dy.t()), (dz.t(), x.t()), (x[50:250], a)]
+    for enabled, grad in ((True, False), (False, False), (True, True)):
+        frozen_gemm.set_enabled(enabled)
+        with torch.set_grad_enabled(grad):
+            for left, right in cases:
+                expected = left @ right.t()  # sums of up to 300 products: float rounding, relative to their size
+                torch.testing.assert_close(frozen_gemm.skinny_product(left, right), expected, rtol=1e-5,
+                                           atol=1e-6 * expected.abs().max().item())

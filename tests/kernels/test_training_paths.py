@@ -162,8 +162,45 @@ def test_the_fast_paths_are_taken_and_save_fewer_activations(make_tiny_model, mo
     use_fast_training_paths(fast.get_base_model())
     fast_bytes = saved_bytes(fast)
     assert set(calls) == {"_LoraLinear", "_LoraSwiGLU", "_RMSNorm", "_Rope"}
-    # 0.77 here (MLP 80 wide on a 48-wide model); SmolLM2-135M (1536 on 576): 78 -> 54 MB per layer at 2048 tokens
-    assert fast_bytes < 0.8 * stock_bytes, (fast_bytes, stock_bytes)
+    # 0.67 here (MLP 80 wide on a 48-wide model); SmolLM2-135M (1536 on 576): 79 -> 46 MiB per layer at 2048 tokens
+    assert fast_bytes < 0.7 * stock_bytes, (fast_bytes, stock_bytes)
+
+
+@pytest.mark.parametrize("changed_in_place", [False, True])
+def test_a_normed_input_is_rebuilt_in_backward_not_kept(changed_in_place):
+    """The LoRA functions keep the norm's input and 1/rms instead of the normed tensor, and rebuild it bit for bit;
+    a normed tensor changed in place after the norm is kept as it is."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 9, 12, generator=g, requires_grad=True)
+    norm_weight = torch.randn(12, generator=g)
+    weight, a, b = torch.randn(12, 12, generator=g), torch.randn(3, 12, generator=g), torch.randn(12, 3, generator=g)
+    mlp = [(torch.randn(*shape, generator=g), None, torch.randn(2, shape[1], generator=g),
+            torch.randn(shape[0], 2, generator=g), 0.5) for shape in ((16, 12), (16, 12), (12, 16))]
+    results = []
+    for rebuilt in (True, False):
+        params = [t.detach().clone().requires_grad_() for t in (x, a, b, *(p[k] for p in mlp for k in (2, 3)))]
+        kept = set()
+
+        def keep(tensor):
+            kept.add(tensor.untyped_storage().data_ptr())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            normed = rms_norm_fewer_passes(params[0], norm_weight, 1e-5)
+            if changed_in_place:
+                normed.mul_(1.5)
+            if not rebuilt:
+                normed = normed.clone()  # no parts: kept as it is
+            out = lora_linear(normed, weight, None, params[1], params[2], 2.0)
+            adapters = params[3:]
+            out = out + lora_swiglu_mlp(normed, *[(w, bias, adapters[2 * i], adapters[2 * i + 1], s)
+                                                  for i, (w, bias, _, _, s) in enumerate(mlp)])
+        assert (normed.untyped_storage().data_ptr() in kept) is (changed_in_place or not rebuilt)
+        out.square().sum().backward()
+        results.append([p.grad for p in params])
+    for got, want in zip(*results):
+        assert got.abs().max() > 0
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("case", ["eval", "disabled adapter", "merged", "dropout"])

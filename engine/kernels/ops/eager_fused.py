@@ -7,7 +7,9 @@ the same maths with fewer passes, in place where nothing else reads the buffer:
 
 - RMSNorm (Llama cast: the normalised row is rounded to the input dtype before the weight multiplies it; here
   fp32 only): the sum of squares in one reduction (no squared copy), and backward in three passes instead of
-  seven. Saves x and the per-row 1/rms, as the stock module does.
+  seven. Saves x and the per-row 1/rms, as the stock module does. Its output names them, so the LoRA functions
+  that read it (engine/kernels/ops/lora.py) keep those rather than the output itself: one (tokens x hidden)
+  tensor less per norm and layer, rebuilt in backward by one more elementwise pass.
 - RoPE (rotate-half, as ``apply_rotary_pos_emb``): ``q*cos`` then the rotated half added in place with
   ``addcmul_``, instead of negating, concatenating, multiplying and adding into four new tensors; backward
   likewise. Saves only cos and sin.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+_PARTS_ATTR = "_lfa_normed_parts"
+
 
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
@@ -26,13 +30,13 @@ class _RMSNorm(torch.autograd.Function):
         width = x.shape[-1]
         sum_sq = torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square_()
         rstd = sum_sq.div_(width).add_(eps).rsqrt_()
-        normed = x * rstd
-        out = normed.mul_(weight)
+        out = renormalize(x, weight, rstd)
         ctx.save_for_backward(x, weight, rstd)
-        return out
+        ctx.mark_non_differentiable(rstd)
+        return out, rstd
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, _grad_rstd):
         x, weight, rstd = ctx.saved_tensors
         grad_w = None
         if ctx.needs_input_grad[1]:
@@ -45,9 +49,27 @@ class _RMSNorm(torch.autograd.Function):
         return grad_x, grad_w, None
 
 
+def renormalize(x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+    """The normalised output from its parts, with the same operations as the forward: bit for bit the same."""
+    return (x * rstd).mul_(weight)
+
+
 def rms_norm_fewer_passes(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``weight * (x / sqrt(mean(x^2) + eps))`` for fp32 x and weight (LlamaRMSNorm in fp32)."""
-    return _RMSNorm.apply(x, weight, float(eps))
+    """``weight * (x / sqrt(mean(x^2) + eps))`` for fp32 x and weight (LlamaRMSNorm in fp32).
+
+    The output carries its parts (``normed_parts``): a consumer that would keep it for backward can keep those
+    instead, which the norm keeps anyway, and rebuild it with ``renormalize``."""
+    out, rstd = _RMSNorm.apply(x, weight, float(eps))
+    out.__dict__[_PARTS_ATTR] = (x, weight, rstd, out._version)
+    return out
+
+
+def normed_parts(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(x, weight, rstd) when ``t`` is an output of ``rms_norm_fewer_passes`` not changed in place since, else None."""
+    parts = t.__dict__.get(_PARTS_ATTR)
+    if parts is None or parts[3] != t._version:
+        return None
+    return parts[:3]
 
 
 def _add_rotated(out: torch.Tensor, x: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

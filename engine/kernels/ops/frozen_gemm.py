@@ -112,3 +112,18 @@ def frozen_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 def plain_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x2d @ weight.T (+ bias)`` through the plain matmul."""
     return x2d @ weight.t() if bias is None else torch.addmm(bias, x2d, weight.t())
+
+
+def skinny_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b.T`` for the LoRA adapters' products, where one side is the rank (8, 16): through oneDNN, which
+    reads either operand in any strides, else the plain matmul.
+
+    These products are memory-bound (a rank x tokens or tokens x rank result from a tokens x features operand),
+    and MKL packs the big operand into its panel layout first. oneDNN does not: on a 2-core AVX2 machine, 2,048
+    tokens, rank 8 (best of 30 calls), ``x @ A.T`` took 0.22 ms against 0.45, ``dy @ B`` 0.72 against 1.75 and
+    ``z.T @ dy`` 2.1 against 3.1 (1,536 features). Nothing is cached, so weights that train may be used."""
+    if (_SETTINGS["enabled"] and a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
+            and b.device.type == "cpu" and a.dim() == 2 and b.dim() == 2 and not torch.is_grad_enabled()
+            and available()):
+        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+    return a @ b.t()

@@ -5,12 +5,17 @@ that matter, that is three more tensors of the output's size (B's output, its sc
 backward adds two more passes (the scaled gradient, and the adapter's input gradient summed into the base's).
 Here the adapter's contribution goes into the base output in place (``addmm_`` with ``alpha=scaling``), and in
 backward the adapter's input gradient is accumulated into the base's by the matmul itself. The frozen base's forward
-products run on a weight reordered once for the CPU (engine/kernels/ops/frozen_gemm.py).
+products run on a weight reordered once for the CPU, and the adapter's skinny products through oneDNN
+(engine/kernels/ops/frozen_gemm.py).
 
 ``lora_swiglu_mlp`` does the same for a whole gated MLP, ``down(silu(gate(x)) * up(x))`` with LoRA on all
 three projections, and saves only x, gate(x) and up(x): the product ``silu(gate) * up`` (the down projection's
 input, needed for its adapter's gradient) is recomputed in backward instead of being kept, which removes two
 of the four intermediate-sized tensors autograd would keep per layer.
+
+When x is the output of the fast RMSNorm (engine/kernels/ops/eager_fused.py), as the q/k/v and MLP inputs of a
+decoder layer are, neither function keeps x: they keep the norm's input and 1/rms, which the norm keeps anyway,
+and rebuild x in backward bit for bit. On SmolLM2-135M that is two (tokens x 576) tensors less per layer.
 
 Only the adapter matrices train here: the base weight and bias are constants (LoRA freezes them); callers
 check that (engine/kernels/training_paths.py), and fall back to the stock modules otherwise.
@@ -21,39 +26,50 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.ops.eager_fused import normed_parts, renormalize
 from engine.kernels.ops.frozen_gemm import frozen_linear as _base
+from engine.kernels.ops.frozen_gemm import skinny_product as _skinny
+
+# Layouts: the adapter activation z = x @ A.T is kept as tokens x rank, and so is the gradient that flows
+# through it, dz = dy @ B. The weight gradients are rank-row products, dA = dz.T @ x and dB = (z.T @ dy).T:
+# a result with few columns (dy.T @ z) ran 7-14x slower in MKL than its transpose.
 
 
-# The adapter's matmuls have one dimension of size rank (8, 16). MKL runs a product whose OUTPUT has few
-# columns (tokens x rank, features x rank) several times slower than its transpose, whose output has few rows:
-# on this CPU the gradient of B as ``dy.T @ z`` took 24-48 ms for a 2048-token, 1536-feature projection, 7-14x
-# the 3.3 ms of ``(z.T @ dy).T``. So every skinny product here is computed with the rank as its row dimension:
-# the adapter activation is kept as zT = A @ x.T (rank x tokens), and so are the gradients that flow through it.
-def _rank_rows(lora_a: torch.Tensor, x2d: torch.Tensor) -> torch.Tensor:
-    """(x @ A.T).T, rank x tokens, computed as A @ x.T."""
-    return lora_a @ x2d.t()
+def _save(ctx, x: torch.Tensor, *tensors: torch.Tensor) -> None:
+    """save_for_backward(x, *tensors), where x is kept as the norm's parts when it was made by the fast RMSNorm."""
+    kept = normed_parts(x) or (x,)
+    ctx.kept, ctx.in_shape = len(kept), x.shape
+    ctx.save_for_backward(*kept, *tensors)
+
+
+def _saved(ctx) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """(x as 2-D rows, the other saved tensors), x rebuilt from the norm's parts where it was kept as those."""
+    saved = ctx.saved_tensors
+    kept, rest = saved[:ctx.kept], saved[ctx.kept:]
+    x = kept[0] if len(kept) == 1 else renormalize(*kept)
+    return x.reshape(-1, ctx.in_shape[-1]), rest
 
 
 class _LoraLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float):
         x2d = x.reshape(-1, x.shape[-1])
-        z_t = _rank_rows(lora_a, x2d)
-        out = _base(x2d, weight, bias).addmm_(z_t.t(), lora_b.t(), alpha=scaling)
-        ctx.save_for_backward(x2d, weight, lora_a, lora_b, z_t)
-        ctx.scaling, ctx.in_shape = scaling, x.shape
+        z = _skinny(x2d, lora_a)
+        out = _base(x2d, weight, bias).addmm_(z, lora_b.t(), alpha=scaling)
+        _save(ctx, x, weight, lora_a, lora_b, z)
+        ctx.scaling = scaling
         return out.view(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, grad):
-        x2d, weight, lora_a, lora_b, z_t = ctx.saved_tensors
+        x2d, (weight, lora_a, lora_b, z) = _saved(ctx)
         dy = grad.reshape(-1, grad.shape[-1])
-        dz_t = _rank_rows(lora_b.t(), dy).mul_(ctx.scaling)  # (dy @ B).T * scaling, rank x tokens
-        d_a = dz_t @ x2d if ctx.needs_input_grad[3] else None
-        d_b = (z_t @ dy).mul_(ctx.scaling).t() if ctx.needs_input_grad[4] else None
+        dz = _skinny(dy, lora_b.t()).mul_(ctx.scaling)  # dy @ B * scaling, tokens x rank
+        d_a = _skinny(dz.t(), x2d.t()) if ctx.needs_input_grad[3] else None
+        d_b = _skinny(z.t(), dy.t()).mul_(ctx.scaling).t() if ctx.needs_input_grad[4] else None
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = (dy @ weight).addmm_(dz_t.t(), lora_a).view(ctx.in_shape)
+            dx = (dy @ weight).addmm_(dz, lora_a).view(ctx.in_shape)
         return dx, None, None, d_a, d_b, None
 
 
@@ -71,38 +87,38 @@ class _LoraSwiGLU(torch.autograd.Function):
         sg, su, sd = scales
         x2d = x.reshape(-1, x.shape[-1])
         rank_g = ag.shape[0]
-        z_gu = _rank_rows(torch.cat((ag, au)), x2d)  # both adapters read x once
-        gate = _base(x2d, wg, bg).addmm_(z_gu[:rank_g].t(), bg_lora.t(), alpha=sg)
-        up = _base(x2d, wu, bu).addmm_(z_gu[rank_g:].t(), bu_lora.t(), alpha=su)
+        z_gu = _skinny(x2d, torch.cat((ag, au)))  # both adapters read x once
+        gate = _base(x2d, wg, bg).addmm_(z_gu[:, :rank_g], bg_lora.t(), alpha=sg)
+        up = _base(x2d, wu, bu).addmm_(z_gu[:, rank_g:], bu_lora.t(), alpha=su)
         hidden = F.silu(gate).mul_(up)
-        z_d = _rank_rows(ad, hidden)
-        out = _base(hidden, wd, bd).addmm_(z_d.t(), bd_lora.t(), alpha=sd)
-        ctx.save_for_backward(x2d, gate, up, z_gu, z_d, wg, ag, bg_lora, wu, au, bu_lora, wd, ad, bd_lora)
-        ctx.scales, ctx.in_shape = scales, x.shape
+        z_d = _skinny(hidden, ad)
+        out = _base(hidden, wd, bd).addmm_(z_d, bd_lora.t(), alpha=sd)
+        _save(ctx, x, gate, up, z_gu, z_d, wg, ag, bg_lora, wu, au, bu_lora, wd, ad, bd_lora)
+        ctx.scales = scales
         return out.view(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, grad):
-        x2d, gate, up, z_gu, z_d, wg, ag, bg_lora, wu, au, bu_lora, wd, ad, bd_lora = ctx.saved_tensors
+        x2d, (gate, up, z_gu, z_d, wg, ag, bg_lora, wu, au, bu_lora, wd, ad, bd_lora) = _saved(ctx)
         sg, su, sd = ctx.scales
         rank_g = ag.shape[0]
         dy = grad.reshape(-1, grad.shape[-1])
         # down projection
-        dz_d = _rank_rows(bd_lora.t(), dy).mul_(sd)
-        d_bd = (z_d @ dy).mul_(sd).t()
-        d_hidden = (dy @ wd).addmm_(dz_d.t(), ad)
+        dz_d = _skinny(dy, bd_lora.t()).mul_(sd)
+        d_bd = _skinny(z_d.t(), dy.t()).mul_(sd).t()
+        d_hidden = (dy @ wd).addmm_(dz_d, ad)
         act = F.silu(gate)
-        d_ad = dz_d @ (act * up)  # the down projection's input, recomputed rather than saved
+        d_ad = _skinny(dz_d.t(), (act * up).t())  # the down projection's input, recomputed rather than saved
         d_up = act.mul_(d_hidden)  # reuses the activation's buffer
         d_gate = torch.ops.aten.silu_backward(d_hidden.mul_(up), gate)
         # gate and up projections
-        dz_gu = torch.cat((_rank_rows(bg_lora.t(), d_gate).mul_(sg), _rank_rows(bu_lora.t(), d_up).mul_(su)))
-        d_bg = (z_gu[:rank_g] @ d_gate).mul_(sg).t()
-        d_bu = (z_gu[rank_g:] @ d_up).mul_(su).t()
-        d_a = dz_gu @ x2d
+        dz_gu = torch.cat((_skinny(d_gate, bg_lora.t()).mul_(sg), _skinny(d_up, bu_lora.t()).mul_(su)), dim=1)
+        d_bg = _skinny(z_gu[:, :rank_g].t(), d_gate.t()).mul_(sg).t()
+        d_bu = _skinny(z_gu[:, rank_g:].t(), d_up.t()).mul_(su).t()
+        d_a = _skinny(dz_gu.t(), x2d.t())
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = (d_gate @ wg).addmm_(d_up, wu).addmm_(dz_gu.t(), torch.cat((ag, au))).view(ctx.in_shape)
+            dx = (d_gate @ wg).addmm_(d_up, wu).addmm_(dz_gu, torch.cat((ag, au))).view(ctx.in_shape)
         return (dx, None, None, d_a[:rank_g], d_bg, None, None, d_a[rank_g:], d_bu, None, None, d_ad, d_bd, None)
 
 
