@@ -132,7 +132,7 @@ def report(clock: PhaseClock, steps: int, tokens: int, args, flops_per_token: fl
 
 
 def compare_gemm(model, optimizer, batcher, params, groups, plan) -> None:
-    """Every step's micro-batches run twice, with the reordered products and with the plain matmul (same process,
+    """Every step's micro-batches run twice, with the oneDNN products and with the plain matmul (same process,
     same data, alternating which goes first); prints each pair and the median ratio."""
     import statistics
 
@@ -141,17 +141,17 @@ def compare_gemm(model, optimizer, batcher, params, groups, plan) -> None:
     ratios = []
     for index, group in enumerate(groups):
         rate = {}
-        for reordered in ((True, False) if index % 2 == 0 else (False, True)):
-            frozen_gemm.set_enabled(reordered)
+        for onednn in ((True, False) if index % 2 == 0 else (False, True)):
+            frozen_gemm.set_enabled(onednn)
             start = time.perf_counter()
             tokens = timed_step(model, optimizer, batcher, params, group, PhaseClock(), plan)
-            rate[reordered] = tokens / (time.perf_counter() - start)
+            rate[onednn] = tokens / (time.perf_counter() - start)
         ratios.append(rate[True] / rate[False])
-        print(f"step {index + 1}: reordered {rate[True]:.1f} tok/s, plain {rate[False]:.1f} tok/s, "
+        print(f"step {index + 1}: oneDNN {rate[True]:.1f} tok/s, plain {rate[False]:.1f} tok/s, "
               f"ratio {ratios[-1]:.2f}", flush=True)
     frozen_gemm.set_enabled(True)
     print(f"reordered copies: {frozen_gemm.cached_bytes() / 2**20:.0f} MB")
-    print(f"reordered vs plain matmul: ratio {statistics.median(ratios):.2f} (median of {len(ratios)} steps)")
+    print(f"oneDNN products vs plain matmul: ratio {statistics.median(ratios):.2f} (median of {len(ratios)} steps)")
 
 
 def main() -> None:
@@ -167,8 +167,9 @@ def main() -> None:
                         help="torch threads (0: torch's default); 1 as in compare_peers.py, for the same reason")
     parser.add_argument("--ops", type=int, default=0, help="also list the N most expensive torch operators")
     parser.add_argument("--compare-gemm", action="store_true",
-                        help="alternate steps with the frozen weights reordered for oneDNN (engine/kernels/ops/"
-                             "frozen_gemm.py) and with the plain matmul, and print the ratio of the two")
+                        help="alternate steps with the oneDNN products (frozen weights reordered once, the "
+                             "adapters' skinny products; engine/kernels/ops/frozen_gemm.py) and with the plain "
+                             "matmul, and print the ratio of the two")
     parser.add_argument("--shapes", action="store_true",
                         help="with --ops: one row per operator AND input shapes (which matmul is slow)")
     args = parser.parse_args()

@@ -18,6 +18,9 @@ its storage, shape, strides and version counter, so a weight that is changed in 
 stale, and a copy goes with its weight. Not under torch.distributed (FSDP shards weights; a full copy per rank
 would undo it).
 
+``skinny_product`` runs the LoRA adapters' rank-wide products through oneDNN too, on the operands as they are
+(no copy is kept: the adapter weights train).
+
 Results equal the plain matmul up to float rounding (oneDNN sums in another order). Anything that is not a CPU
 fp32 product made without autograd (inside an autograd Function), or a torch built without oneDNN, takes the
 plain matmul.
@@ -46,7 +49,8 @@ def available() -> bool:
 
 
 def set_enabled(enabled: bool) -> None:
-    """Switch the reordered products on or off for this process (benchmarks compare both in one run)."""
+    """Switch the oneDNN products (reordered and skinny) on or off for this process (benchmarks compare both in
+    one run)."""
     _SETTINGS["enabled"] = bool(enabled)
 
 
