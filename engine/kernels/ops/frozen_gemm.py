@@ -39,6 +39,7 @@ _CACHE: dict[int, tuple[tuple, torch.Tensor, int]] = {}
 _LOCK = threading.Lock()
 _SETTINGS: dict = {"enabled": True, "budget": None}
 BUDGET_SHARE_OF_AVAILABLE = 0.25
+_PLAIN_TYPES = {torch.Tensor, torch.nn.Parameter}  # tensor subclasses (DTensor, fake tensors) keep the plain matmul
 
 
 @functools.cache
@@ -73,7 +74,7 @@ def clear() -> None:
 def _usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (_SETTINGS["enabled"] and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and weight.device.type == "cpu" and not weight.requires_grad
-            and not torch.is_grad_enabled() and weight.dim() == 2 and type(weight) in (torch.Tensor, torch.nn.Parameter)
+            and not torch.is_grad_enabled() and weight.dim() == 2 and type(weight) in _PLAIN_TYPES
             and not (torch.distributed.is_available() and torch.distributed.is_initialized()) and available())
 
 
@@ -128,6 +129,6 @@ def skinny_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ``z.T @ dy`` 2.1 against 3.1 (1,536 features). Nothing is cached, so weights that train may be used."""
     if (_SETTINGS["enabled"] and a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
             and b.device.type == "cpu" and a.dim() == 2 and b.dim() == 2 and not torch.is_grad_enabled()
-            and available()):
+            and _PLAIN_TYPES.issuperset((type(a), type(b))) and available()):
         return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
     return a @ b.t()
