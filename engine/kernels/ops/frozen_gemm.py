@@ -39,7 +39,7 @@ _CACHE: dict[int, tuple[tuple, torch.Tensor, int]] = {}
 _LOCK = threading.Lock()
 _SETTINGS: dict = {"enabled": True, "budget": None}
 BUDGET_SHARE_OF_AVAILABLE = 0.25
-_PLAIN_TYPES = {torch.Tensor, torch.nn.Parameter}  # tensor subclasses (DTensor, fake tensors) keep the plain matmul
+_PLAIN_TYPES = {torch.Tensor, torch.nn.Parameter}
 
 
 @functools.cache
@@ -71,11 +71,16 @@ def clear() -> None:
         _CACHE.clear()
 
 
+def _onednn_runs(*operands: torch.Tensor) -> bool:
+    """oneDNN is on and in this torch, autograd does not see the product, and every operand is a plain CPU fp32
+    tensor (tensor subclasses such as DTensor keep the plain matmul)."""
+    return (_SETTINGS["enabled"] and not torch.is_grad_enabled() and available()
+            and all(type(t) in _PLAIN_TYPES and t.device.type == "cpu" and t.dtype == torch.float32 for t in operands))
+
+
 def _usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (_SETTINGS["enabled"] and x.device.type == "cpu" and x.dtype == torch.float32
-            and weight.dtype == torch.float32 and weight.device.type == "cpu" and not weight.requires_grad
-            and not torch.is_grad_enabled() and weight.dim() == 2 and type(weight) in _PLAIN_TYPES
-            and not (torch.distributed.is_available() and torch.distributed.is_initialized()) and available())
+    return (_onednn_runs(x, weight) and weight.dim() == 2 and not weight.requires_grad
+            and not (torch.distributed.is_available() and torch.distributed.is_initialized()))
 
 
 def _budget() -> int:
@@ -127,8 +132,6 @@ def skinny_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     and MKL packs the big operand into its panel layout first. oneDNN does not: on a 2-core AVX2 machine, 2,048
     tokens, rank 8 (best of 30 calls), ``x @ A.T`` took 0.22 ms against 0.45, ``dy @ B`` 0.72 against 1.75 and
     ``z.T @ dy`` 2.1 against 3.1 (1,536 features). Nothing is cached, so weights that train may be used."""
-    if (_SETTINGS["enabled"] and a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
-            and b.device.type == "cpu" and a.dim() == 2 and b.dim() == 2 and not torch.is_grad_enabled()
-            and _PLAIN_TYPES.issuperset((type(a), type(b))) and available()):
+    if _onednn_runs(a, b) and a.dim() == 2 and b.dim() == 2:
         return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
     return a @ b.t()
