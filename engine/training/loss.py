@@ -45,11 +45,12 @@ def trained_tokens(batch: dict) -> int:
 def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[torch.Tensor, int]:
     """(sum of token losses, number of trained tokens) for one micro-batch.
 
-    The LM head and the loss run chunk by chunk on the final hidden states of the positions that have a target,
-    so neither the prompt's logits nor the full logits tensor (tokens x vocab) ever exist: with ``fused_linear_ce``
-    (a KernelPlan: Triton on GPUs) on every position, otherwise on the trained positions only wherever the model
-    allows it (``head_only_where_trained``), where CPU models also take the fast LoRA paths of
-    engine/kernels/training_paths.py. Wrapped multi-process models compute the full logits through the wrapper.
+    The LM head and the loss run chunk by chunk on the final hidden states, so the full logits tensor (tokens x
+    vocab) never exists: wherever the model allows it (``head_only_where_trained``) on the positions that have a
+    target only, where CPU models also take the fast LoRA paths of engine/kernels/training_paths.py; otherwise on
+    every position when ``fused_linear_ce`` asks for it (a KernelPlan, whose backend may be Triton on GPUs, or a
+    plain True for the torch chunks). ``kernel_config: auto`` on a CPU thus trains exactly as ``none`` does.
+    Wrapped multi-process models compute the full logits through the wrapper.
     """
     labels = batch_targets(batch)
     n_tokens = int((labels != -100).sum())
@@ -57,29 +58,24 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[to
         from engine.data.packing import use_packed_attention
 
         use_packed_attention(base_causal_lm(model))  # per-sample attention for packed rows (sdpa models only)
-    if fused_linear_ce:
-        from engine.kernels.ops.fused_linear_ce import chunked_linear_cross_entropy
-
-        # A KernelPlan picks the Triton kernel on GPUs; a plain True means the torch chunked path.
-        linear_ce = getattr(fused_linear_ce, "linear_cross_entropy", chunked_linear_cross_entropy)
-        causal_lm = base_causal_lm(model)
-        hidden = causal_lm.model(**causal_inputs(model, batch), use_cache=False).last_hidden_state
-        head = causal_lm.get_output_embeddings()
-        loss = linear_ce(hidden.flatten(0, 1), head.weight, labels.flatten(), bias=getattr(head, "bias", None),
-                         reduction="sum")
-        return loss, n_tokens
-    if head_only_where_trained(model):
-        # Prompt and padding positions have no target: run the LM head (tokens x vocab) only where one exists.
-        from engine.kernels.ops.fused_linear_ce import chunked_linear_cross_entropy
-        from engine.kernels.training_paths import use_fast_training_paths
+    head_only = head_only_where_trained(model)
+    if head_only or fused_linear_ce:
+        from engine.kernels.ops.fused_linear_ce import linear_cross_entropy
 
         causal_lm = base_causal_lm(model)
-        use_fast_training_paths(causal_lm)
+        if head_only:
+            from engine.kernels.training_paths import use_fast_training_paths
+
+            use_fast_training_paths(causal_lm)  # CPU only; idempotent
         hidden = causal_lm.model(**causal_inputs(model, batch), use_cache=False).last_hidden_state
-        keep = labels != -100
+        if head_only:  # prompt and padding positions have no target: no logits for them
+            keep = labels != -100
+            hidden, labels = hidden[keep], labels[keep]
         head = causal_lm.get_output_embeddings()
-        loss = chunked_linear_cross_entropy(hidden[keep], head.weight, labels[keep], bias=head.bias,
-                                            chunk_size=head_chunk_rows(head.weight.shape[0]), reduction="sum")
+        backend = getattr(fused_linear_ce, "backends", {}).get("fused_linear_ce", "torch")
+        chunk = head_chunk_rows(head.weight.shape[0]) if backend == "torch" else 1024
+        loss = linear_cross_entropy(hidden.flatten(0, -2), head.weight, labels.flatten(), backend=backend,
+                                    bias=getattr(head, "bias", None), chunk_size=chunk, reduction="sum")
         return loss, n_tokens
     logits = model(**causal_inputs(model, batch), use_cache=False).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")

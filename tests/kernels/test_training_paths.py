@@ -132,6 +132,31 @@ def test_sft_loss_and_gradients_equal_the_unoptimised_path(make_tiny_model, fami
         torch.testing.assert_close(fast[name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("collate", [SFTCollator(pad_token_id=0), PackedCollator()], ids=["padded", "packed"])
+def test_kernel_config_auto_on_a_cpu_trains_exactly_as_none(make_tiny_model, monkeypatch, collate):
+    """auto picks the torch chunked head on a CPU; the loss then still takes the fast paths and the head only
+    where a position has a target, as without a kernel plan, instead of a slower path of its own."""
+    from engine.kernels import apply_kernels
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a plain CPU machine
+    model = lora_model(make_tiny_model, "llama")
+    plain = copy.deepcopy(model)
+    plan = apply_kernels(model, "auto", device="cpu")
+    assert plan.fused_linear_ce and plan.backends["fused_linear_ce"] == "torch"
+    batch = collate(samples([17, 40, 9, 26]))
+    loss, tokens = causal_lm_loss_sum(model, batch, fused_linear_ce=plan)
+    (loss / tokens).backward()
+    assert model.get_base_model().__dict__.get("_lfa_fast_training_paths") == [
+        "lora_linear", "lora_mlp", "rms_norm", "rope"]  # switched on by the loss itself
+    expected, _ = causal_lm_loss_sum(plain, batch)
+    (expected / tokens).backward()
+    assert torch.equal(loss, expected)
+    with_plan, without = grads(model), grads(plain)
+    assert with_plan.keys() == without.keys() and len(with_plan) == 2 * 7 * 2
+    for name, grad in without.items():
+        assert torch.equal(with_plan[name], grad), name
+
+
 def test_the_fast_paths_are_taken_and_save_fewer_activations(make_tiny_model, monkeypatch):
     """The fused functions run (not the stock modules), and the decoder keeps fewer activations for backward."""
     from engine.kernels.ops import eager_fused, lora
