@@ -197,6 +197,12 @@ class Session:
                            options=LoadOptions.from_config(config), notes=notes)
         if config.resize_vocab:
             notes.append(resize_embeddings(model, self.tokenizer))
+        packed = per_sample_packing(config)
+        if packed and not type(model).__module__.startswith("transformers."):
+            raise ConfigError(
+                f"{packed} needs the model to keep attention within each sample of a packed row, which "
+                f"transformers' own model classes do; this model runs its own code ({type(model).__module__}), "
+                "which may attend across samples. Use batching_strategy: padded (and no neat_packing).")
         for note in notes:
             self.logger.info(note)
         if config.kernel_config not in (None, "none"):
@@ -236,6 +242,18 @@ class Session:
         """The kernel plan when it fuses the LM head with the loss (SFT and pre-training use it), else False."""
         plan = self.kernel_plan
         return plan if plan is not None and plan.fused_linear_ce else False
+
+
+def per_sample_packing(config: TrainConfig) -> str | None:
+    """The setting that packs several samples into one row with attention kept within each sample (from the
+    restarting position ids), or None: lf-assistant's packed / dynamic batching, or LLaMA-Factory's neat_packing.
+    Preference and reward stages never pack; LLaMA-Factory's plain packing attends across samples on purpose."""
+    if config.stage == "sft" and config.neat_packing:
+        return "neat_packing"
+    if config.stage in ("sft", "pt") and not config.packing_enabled and config.batching_strategy in ("packed",
+                                                                                                   "dynamic"):
+        return f"batching_strategy: {config.batching_strategy}"
+    return None
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

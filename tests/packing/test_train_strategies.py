@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 import engine
+from engine.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,3 +53,39 @@ def test_other_strategies_learn(demo_model_dir, tmp_path, strategy):
     assert losses[-1] < losses[0] * 0.95, losses
     base = load_file(Path(demo_model_dir) / "model.safetensors")
     assert all(not torch.equal(base[k], weights[k]) for k in base if "mlp" in k or "self_attn" in k)
+
+
+def remote_code_copy(demo_model_dir, tmp_path) -> Path:
+    """The demo model behind a model class of its own code (a subclass of transformers' Qwen3 class, loaded with
+    trust_remote_code), as a hub repository with a modeling file ships it."""
+    import json
+    import shutil
+
+    folder = tmp_path / "custom"
+    shutil.copytree(demo_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_custom.py").write_text(
+        "from transformers import Qwen3ForCausalLM\n\n\nclass CustomForCausalLM(Qwen3ForCausalLM):\n    pass\n")
+    return folder
+
+
+@pytest.mark.parametrize("packing", [{"batching_strategy": "packed"}, {"batching_strategy": "dynamic"},
+                                     {"neat_packing": True}], ids=["packed", "dynamic", "neat_packing"])
+def test_per_sample_packing_is_refused_for_a_model_of_its_own_code(demo_model_dir, tmp_path, packing):
+    """Packed rows keep attention within each sample only in transformers' own classes (from the restarting
+    position ids); a remote-code class may attend across samples, which would train the wrong thing silently."""
+    folder = remote_code_copy(demo_model_dir, tmp_path)
+    config = {"model_name_or_path": str(folder), "trust_remote_code": True, "dataset": "alpaca_demo",
+              "dataset_dir": str(REPO / "data"), "template": "qwen", "cutoff_len": 64, "max_samples": 16,
+              "per_device_train_batch_size": 4, "finetuning_type": "lora", "max_steps": 1, "save_strategy": "no",
+              "plot_loss": False, "output_dir": str(tmp_path / "out"), **packing}
+    with pytest.raises(ConfigError) as refused:
+        engine.train(engine.load_config(config), runs_dir=tmp_path / "runs")
+    named = "neat_packing" if "neat_packing" in packing else f"batching_strategy: {packing['batching_strategy']}"
+    assert str(refused.value).startswith(named) and "modeling_custom" in str(refused.value)
+    assert "Use batching_strategy: padded" in str(refused.value)
+    # the same model trains with padded batches: the refusal is about packing, not the model
+    config.update(batching_strategy="padded", neat_packing=False, output_dir=str(tmp_path / "padded"))
+    assert engine.train(engine.load_config(config), runs_dir=tmp_path / "runs").status().state == "completed"
