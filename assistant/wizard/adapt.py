@@ -7,6 +7,8 @@ and edits, which always win:
   shape that show an effect within the steps a CPU run affords);
 - a few rows of the user's data are held out of training (val_size) so validation can ask them and show the
   answers the data gives beside the model's;
+- batching_strategy: packed (the skill's `packed_batching`), where the model and the example allow it: the same
+  samples, steps and loss as padded micro-batches, without the work on padding;
 - the pre-flight's proposal, when the configured micro-batch did not fit: the largest one that did, with
   gradient accumulation raised to keep the effective batch.
 """
@@ -64,6 +66,19 @@ def held_out_changes(state: WizardState, skill: Skill) -> list[Change]:
     return [("val_size", count, t("reason.held_out", count=count))]
 
 
+def packed_batching_changes(skill: Skill, values: dict[str, Any]) -> list[Change]:
+    """batching_strategy: packed when the skill asks for it, the example packs nothing itself (LLaMA-Factory's
+    packing / neat_packing) and the model needs no remote code (packed rows rely on transformers' per-sample
+    attention)."""
+    if not skill.stage("config").settings.get("packed_batching"):
+        return []
+    if values.get("packing") or values.get("neat_packing") or values.get("trust_remote_code"):
+        return []
+    if values.get("batching_strategy", "padded") != "padded":
+        return []
+    return [("batching_strategy", "packed", t("reason.packed_batching"))]
+
+
 def measured_changes(state: WizardState) -> list[Change]:
     """The pre-flight's proposal the user has (its micro-batch did fit where the configured one did not)."""
     fit = state.fit or {}
@@ -74,5 +89,7 @@ def measured_changes(state: WizardState) -> list[Change]:
             ("gradient_accumulation_steps", fit["gradient_accumulation_steps"], reason)]
 
 
-def adaptations(state: WizardState, skill: Skill) -> list[Change]:
-    return cpu_small_model_changes(state, skill) + held_out_changes(state, skill) + measured_changes(state)
+def adaptations(state: WizardState, skill: Skill, values: dict[str, Any]) -> list[Change]:
+    """Every change of this module; ``values`` is the config as changed so far (the example and the stages)."""
+    return (cpu_small_model_changes(state, skill) + held_out_changes(state, skill)
+            + packed_batching_changes(skill, values) + measured_changes(state))

@@ -176,7 +176,8 @@ def _changes(state: WizardState, skill: Skill, defaults: dict) -> list[tuple[str
     changes.append(("output_dir", output_dir_for(state, stage=skill.training_stage), t("reason.output_dir")))
     changes += _device_changes(state, defaults)
     changes += _demo_changes(state, skill)
-    changes += adaptations(state, skill)  # this machine and this data: assistant/wizard/adapt.py
+    so_far = {**defaults, **{key: value for key, value, _ in changes}}
+    changes += adaptations(state, skill, so_far)  # this machine and this data: assistant/wizard/adapt.py
     changes += [(key, value, t("reason.small_data")) for key, value in state.suggestions.items()]
     changes += [(key, value, t("reason.user")) for key, value in state.edits.items()]
     return changes

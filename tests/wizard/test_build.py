@@ -60,6 +60,27 @@ def test_a_small_real_model_on_a_cpu_gets_the_measured_recipe_and_a_preflight_fi
     assert diff["gradient_accumulation_steps"].reason == "pre-flight: micro-batch 4 does not fit (out of memory)"
 
 
+def test_sft_trains_packed_rows_unless_the_example_packs_or_the_model_runs_its_own_code(ready, skill, tmp_path):
+    """batching_strategy: packed (the padded batches' samples, steps and loss without the padding work) comes with
+    its reason; LLaMA-Factory's own packing in the example, or remote code, keeps padded batches."""
+    import yaml
+
+    diff = {row.parameter: row for row in build.build_train_config(ready, skill).diff}
+    assert (diff["batching_strategy"].default, diff["batching_strategy"].new) == ("padded", "packed")
+    assert "same samples, steps and loss as padded batches" in diff["batching_strategy"].reason
+    assert not validate(load_config(build.build_train_config(ready, skill).config))
+    example = {**build.example_values(ready.example), "packing": True}
+    packing_example = tmp_path / "packing.yaml"
+    packing_example.write_text(yaml.safe_dump(example))
+    for state in (ready.replace(example=str(packing_example)), ready.replace(edits={"batching_strategy": "padded"})):
+        config = build.build_train_config(state, skill).config
+        assert config.get("batching_strategy", "padded") == "padded"
+    from assistant.wizard.adapt import packed_batching_changes
+
+    assert packed_batching_changes(skill, {"trust_remote_code": True}) == []
+    assert packed_batching_changes(skill, {"neat_packing": True}) == []
+
+
 def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, skill):
     outcome = config_stage.apply_edit(ready, "lora_rank", "16")
     built = build.build_train_config(outcome.state, skill)
