@@ -388,7 +388,7 @@ STRINGS: dict[str, str] = {
     "reason.demo_save_steps": "a short run: frequent checkpoints, so a stop loses little",
     "reason.demo_cutoff_len": "the demo data's rows are short: 128 tokens hold them whole",
     "reason.cpu_small_model": "a {params} model on a CPU: a learning rate and batch shape that show the effect within the few dozen steps a CPU run affords (skill file: cpu_small_model)",
-    "reason.packed_batching": "each micro-batch trained as one padding-free row: the same samples, steps and loss as padded batches, without the work on padding (measured 2.1x faster on varied lengths; skill file: packed_batching)",
+    "reason.packed_batching": "each micro-batch trained as one padding-free row: the same samples, steps and loss as padded batches, without the work on padding (measured on a CPU: 2.1x faster on varied lengths; skill file: packed_batching)",
     "reason.held_out": "{count} rows held out of training: validation asks them and shows the data's answer beside the model's",
     "reason.measured": "pre-flight: {why}",
     "preflight.waiting_model": "Pre-flight: waits for the model (its fetch progress is on the left), then times a few real steps.",

@@ -7,8 +7,8 @@ and edits, which always win:
   shape that show an effect within the steps a CPU run affords);
 - a few rows of the user's data are held out of training (val_size) so validation can ask them and show the
   answers the data gives beside the model's;
-- batching_strategy: packed (the skill's `packed_batching`), where the model and the example allow it: the same
-  samples, steps and loss as padded micro-batches, without the work on padding;
+- batching_strategy: packed on a CPU (the skill's `packed_batching`), where the model and the example allow it:
+  the same samples, steps and loss as padded micro-batches, without the work on padding;
 - the pre-flight's proposal, when the configured micro-batch did not fit: the largest one that did, with
   gradient accumulation raised to keep the effective batch.
 """
@@ -66,11 +66,11 @@ def held_out_changes(state: WizardState, skill: Skill) -> list[Change]:
     return [("val_size", count, t("reason.held_out", count=count))]
 
 
-def packed_batching_changes(skill: Skill, values: dict[str, Any]) -> list[Change]:
-    """batching_strategy: packed when the skill asks for it, the example packs nothing itself (LLaMA-Factory's
-    packing / neat_packing) and the model needs no remote code (packed rows rely on transformers' per-sample
-    attention)."""
-    if not skill.stage("config").settings.get("packed_batching"):
+def packed_batching_changes(state: WizardState, skill: Skill, values: dict[str, Any]) -> list[Change]:
+    """batching_strategy: packed on a CPU (where it was measured) when the skill asks for it, the example packs
+    nothing itself (LLaMA-Factory's packing / neat_packing) and the model needs no remote code (packed rows rely on
+    transformers' per-sample attention)."""
+    if not skill.stage("config").settings.get("packed_batching") or not _on_cpu(state):
         return []
     if values.get("packing") or values.get("neat_packing") or values.get("trust_remote_code"):
         return []
@@ -92,4 +92,4 @@ def measured_changes(state: WizardState) -> list[Change]:
 def adaptations(state: WizardState, skill: Skill, values: dict[str, Any]) -> list[Change]:
     """Every change of this module; ``values`` is the config as changed so far (the example and the stages)."""
     return (cpu_small_model_changes(state, skill) + held_out_changes(state, skill)
-            + packed_batching_changes(skill, values) + measured_changes(state))
+            + packed_batching_changes(state, skill, values) + measured_changes(state))

@@ -60,7 +60,8 @@ def test_a_small_real_model_on_a_cpu_gets_the_measured_recipe_and_a_preflight_fi
     assert diff["gradient_accumulation_steps"].reason == "pre-flight: micro-batch 4 does not fit (out of memory)"
 
 
-def test_sft_trains_packed_rows_unless_the_example_packs_or_the_model_runs_its_own_code(ready, skill, tmp_path):
+def test_sft_on_a_cpu_trains_packed_rows_unless_the_example_packs_or_the_model_runs_its_own_code(ready, skill,
+                                                                                                tmp_path):
     """batching_strategy: packed (the padded batches' samples, steps and loss without the padding work) comes with
     its reason; LLaMA-Factory's own packing in the example, or remote code, keeps padded batches."""
     import yaml
@@ -77,8 +78,12 @@ def test_sft_trains_packed_rows_unless_the_example_packs_or_the_model_runs_its_o
         assert config.get("batching_strategy", "padded") == "padded"
     from assistant.wizard.adapt import packed_batching_changes
 
-    assert packed_batching_changes(skill, {"trust_remote_code": True}) == []
-    assert packed_batching_changes(skill, {"neat_packing": True}) == []
+    assert packed_batching_changes(ready, skill, {"trust_remote_code": True}) == []
+    assert packed_batching_changes(ready, skill, {"neat_packing": True}) == []
+    assert packed_batching_changes(ready, skill, {})[0][:2] == ("batching_strategy", "packed")
+    # measured on CPUs only: a GPU run keeps padded batches
+    on_gpu = ready.replace(device={"platform": "cuda", "indices": [0], "mode": "single", "reason": "free"})
+    assert build.build_train_config(on_gpu, skill).config.get("batching_strategy", "padded") == "padded"
 
 
 def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, skill):
