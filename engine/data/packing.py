@@ -169,6 +169,12 @@ PACKED_SDPA = "sdpa_packed"
 _PACKED_CALL = contextvars.ContextVar("lfa_packed_call", default=False)
 
 
+def keeps_samples_apart(model) -> bool:
+    """Whether the model is one of transformers' own classes, which read restarting position ids as packed samples
+    and keep attention within each; a class of the model's own code (remote code) may attend across them."""
+    return type(model).__module__.startswith("transformers.")
+
+
 def use_packed_attention(model) -> str:
     """Give a model (a transformers *ForCausalLM, not a wrapper) per-sample attention for packed rows.
 
@@ -181,9 +187,8 @@ def use_packed_attention(model) -> str:
     current = getattr(config, "_attn_implementation", None)
     sliding = "sliding_attention" in (getattr(config, "layer_types", None) or []) or (
         getattr(config, "layer_types", None) is None and getattr(config, "sliding_window", None))
-    native = type(model).__module__.startswith("transformers.")
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    if current != "sdpa" or sliding or not native or decoder is None:
+    if current != "sdpa" or sliding or not keeps_samples_apart(model) or decoder is None:
         return current
     _register_packed_sdpa()
     model.set_attn_implementation(PACKED_SDPA)

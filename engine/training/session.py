@@ -187,6 +187,7 @@ class Session:
     def load_base(self, *, require_logits: bool = False, head: str = "causal_lm") -> torch.nn.Module:
         """The base model on the device, with the configured kernels patched in (no method applied yet).
         ``head="score"`` loads it with a fresh one-output score head instead of the LM head (a reward model)."""
+        from engine.data.packing import keeps_samples_apart
         from engine.models.loading import load_model
         from engine.models.options import LoadOptions, resize_embeddings
 
@@ -198,7 +199,7 @@ class Session:
         if config.resize_vocab:
             notes.append(resize_embeddings(model, self.tokenizer))
         packed = per_sample_packing(config)
-        if packed and not type(model).__module__.startswith("transformers."):
+        if packed and not keeps_samples_apart(model):
             raise ConfigError(
                 f"{packed} needs the model to keep attention within each sample of a packed row, which "
                 f"transformers' own model classes do; this model runs its own code ({type(model).__module__}), "
