@@ -73,9 +73,10 @@ def causal_lm_loss_sum(model, batch: dict, *, fused_linear_ce=False) -> tuple[to
             hidden, labels = hidden[keep], labels[keep]
         head = causal_lm.get_output_embeddings()
         backend = getattr(fused_linear_ce, "backends", {}).get("fused_linear_ce", "torch")
-        chunk = head_chunk_rows(head.weight.shape[0]) if backend == "torch" else 1024
+        # the torch chunks are sized for the vocabulary; the Triton kernel keeps its own default
+        chunk = {"chunk_size": head_chunk_rows(head.weight.shape[0])} if backend == "torch" else {}
         loss = linear_cross_entropy(hidden.flatten(0, -2), head.weight, labels.flatten(), backend=backend,
-                                    bias=getattr(head, "bias", None), chunk_size=chunk, reduction="sum")
+                                    bias=getattr(head, "bias", None), reduction="sum", **chunk)
         return loss, n_tokens
     logits = model(**causal_inputs(model, batch), use_cache=False).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
