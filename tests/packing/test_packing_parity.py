@@ -172,6 +172,16 @@ def test_packed_attention_function_matches_sdpa_with_the_block_mask():
                                         sliding_window=10**6)  # takes the exact-mask path; the window cuts nothing
     torch.testing.assert_close(per_sample, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(fallback, expected, atol=1e-6, rtol=0)
+    # bfloat16 takes the path GPUs take (SDPA per run of equal lengths), here with runs between other lengths
+    lengths = [5, 5, 3, 3, 3, 1, 12]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    mask = create_causal_mask(config=config, inputs_embeds=torch.zeros(1, 32, 8), attention_mask=None, cache=None,
+                              position_ids=positions)
+    low = [t.to(torch.bfloat16) for t in (query, key, value)]
+    expected, _ = sdpa_attention_forward(module, *low, mask, position_ids=positions)
+    per_run, _ = packed_sdpa_attention(module, *low, None, position_ids=positions)
+    assert per_run.shape == expected.shape == (1, 32, 4, 8) and per_run.is_contiguous()
+    torch.testing.assert_close(per_run, expected, atol=1e-2, rtol=1e-2)
 
 
 def test_per_sample_attention_gradients_equal_the_masked_sdpa():
@@ -198,3 +208,37 @@ def test_per_sample_attention_gradients_equal_the_masked_sdpa():
         torch.testing.assert_close(grad, reference, atol=1e-5, rtol=1e-5, msg=name)
     small = [torch.randn(1, h, 9, 4, dtype=torch.float64, requires_grad=True) for h in (2, 1, 1)]
     assert torch.autograd.gradcheck(lambda *t: _per_sample_attention().apply(*t, (4, 2, 3), 0.5), small)
+
+
+def test_per_sample_attention_runs_equal_lengths_as_one_batch_with_the_same_result():
+    """Consecutive samples of one length go through the kernel as one batch: output and gradients equal the
+    kernel run on each sample alone, to the bit, whatever the runs (uniform rows, runs between other lengths)."""
+    from engine.data.packing import _equal_runs, _per_sample_attention
+
+    assert _equal_runs((4, 4, 4)) == [(0, 3, 4)]
+    assert _equal_runs((3, 5, 5, 2, 2, 5)) == [(0, 1, 3), (3, 2, 5), (13, 2, 2), (17, 1, 5)]
+    torch.manual_seed(2)
+    for lengths in ((16, 16, 16, 16), (3, 10, 10, 10, 2, 2, 27)):
+        total = sum(lengths)
+        # the engine's layout: (1, heads, T, d) views of (1, T, heads, d)
+        q, k, v = (torch.randn(1, total, h, 8).transpose(1, 2).requires_grad_() for h in (4, 2, 2))
+        weights = torch.randn(1, total, 4, 8)
+        out = _per_sample_attention().apply(q, k, v, lengths, 0.3)
+        (out * weights).sum().backward()
+        ours = [t.grad.clone() for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        parts, start = [], 0
+        for length in lengths:
+            window = slice(start, start + length)
+            parts.append(F.scaled_dot_product_attention(q[:, :, window], k[:, :, window], v[:, :, window],
+                                                        is_causal=True, enable_gqa=True, scale=0.3))
+            start += length
+        alone = torch.cat(parts, dim=2).transpose(1, 2)
+        (alone * weights).sum().backward()
+        assert torch.equal(out, alone), lengths
+        for name, grad, reference in zip("qkv", ours, (q.grad, k.grad, v.grad)):
+            assert reference.abs().max() > 0
+            assert torch.equal(grad, reference), (name, lengths)
+    small = [torch.randn(1, h, 10, 4, dtype=torch.float64, requires_grad=True) for h in (2, 1, 1)]
+    assert torch.autograd.gradcheck(lambda *t: _per_sample_attention().apply(*t, (3, 3, 2, 2), 0.5), small)
