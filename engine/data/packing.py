@@ -250,7 +250,7 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, dropout: fl
     # each run of equal lengths is one batched call on a view: a row of equal lengths costs what a padded batch does
     parts = [F.scaled_dot_product_attention(*(_batch(t, start, count, length) for t in (query, key, value)), **options)
              .transpose(1, 2).flatten(0, 1) for start, count, length in _equal_runs(lengths)]
-    return torch.cat(parts)[None], None
+    return (parts[0].contiguous() if len(parts) == 1 else torch.cat(parts))[None], None  # as transformers returns it
 
 
 @functools.cache

@@ -172,16 +172,16 @@ def test_packed_attention_function_matches_sdpa_with_the_block_mask():
                                         sliding_window=10**6)  # takes the exact-mask path; the window cuts nothing
     torch.testing.assert_close(per_sample, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(fallback, expected, atol=1e-6, rtol=0)
-    # bfloat16 takes the path GPUs take (SDPA per run of equal lengths), here with runs between other lengths
-    lengths = [5, 5, 3, 3, 3, 1, 12]
-    positions = torch.cat([torch.arange(n) for n in lengths])[None]
-    mask = create_causal_mask(config=config, inputs_embeds=torch.zeros(1, 32, 8), attention_mask=None, cache=None,
-                              position_ids=positions)
+    # bfloat16 takes the path GPUs take (SDPA per run of equal lengths): runs between other lengths, one run
     low = [t.to(torch.bfloat16) for t in (query, key, value)]
-    expected, _ = sdpa_attention_forward(module, *low, mask, position_ids=positions)
-    per_run, _ = packed_sdpa_attention(module, *low, None, position_ids=positions)
-    assert per_run.shape == expected.shape == (1, 32, 4, 8) and per_run.is_contiguous()
-    torch.testing.assert_close(per_run, expected, atol=1e-2, rtol=1e-2)
+    for lengths in ([5, 5, 3, 3, 3, 1, 12], [8, 8, 8, 8]):
+        positions = torch.cat([torch.arange(n) for n in lengths])[None]
+        mask = create_causal_mask(config=config, inputs_embeds=torch.zeros(1, 32, 8), attention_mask=None,
+                                  cache=None, position_ids=positions)
+        expected, _ = sdpa_attention_forward(module, *low, mask, position_ids=positions)
+        per_run, _ = packed_sdpa_attention(module, *low, None, position_ids=positions)
+        assert per_run.shape == expected.shape == (1, 32, 4, 8) and per_run.is_contiguous()
+        torch.testing.assert_close(per_run, expected, atol=1e-2, rtol=1e-2)
 
 
 def test_per_sample_attention_gradients_equal_the_masked_sdpa():
