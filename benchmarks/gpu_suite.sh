@@ -8,7 +8,9 @@
 #   2. the kernel benchmark (benchmarks/kernels.py: each kernel vs eager and torch.compile, time and memory)
 #   3. SFT throughput in bf16 on the tiny demo model and on a real one (SmolLM2-135M-Instruct), our engine
 #      (stock modules, then kernel_config: auto) against HF Trainer + peft, with the MFU: model FLOP/s over the
-#      GPU's bf16 matmul peak measured in the same run (benchmarks/sft_throughput.py, benchmarks/flops.py)
+#      GPU's bf16 matmul peak measured in the same run (benchmarks/sft_throughput.py, benchmarks/flops.py); on
+#      the real model also packed against padded batching, side by side (the wizard proposes packed rows only
+#      on a CPU until this is measured)
 #
 # Environment: PYTHON (default: python), LFA_REAL_MODEL (a model folder or a downloaded registry id; default
 # smollm2-135m-instruct: `lf-assistant models download smollm2-135m-instruct` first, the GPU host may be offline),
@@ -58,9 +60,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, output and exit
 
 step "kernel tests" 100 "$PY" -m pytest tests/kernels/test_gpu.py -q -p no:cacheprovider
 step "kernel benchmark" 100 "$PY" benchmarks/kernels.py "${KERNEL_BENCH[@]}" --repeats 3
-step "SFT throughput, tiny model" 110 "$PY" benchmarks/sft_throughput.py --model lf-tiny-qwen3 "${DEVICE[@]}" \
+step "SFT throughput, tiny model" 100 "$PY" benchmarks/sft_throughput.py --model lf-tiny-qwen3 "${DEVICE[@]}" \
     --steps "$TINY_STEPS" --repeats "$REPEATS" --kernels auto
-step "SFT throughput, $REAL" 150 "$PY" benchmarks/sft_throughput.py --model "$REAL" "${DEVICE[@]}" \
-    --steps "$REAL_STEPS" --repeats 1 --kernels auto
+step "SFT throughput, $REAL" 170 "$PY" benchmarks/sft_throughput.py --model "$REAL" "${DEVICE[@]}" \
+    --steps "$REAL_STEPS" --repeats 1 --strategy padded,packed --kernels auto
 
 echo "done in $(( $(date +%s) - started ))s; results in $OUT" | tee -a "$OUT"

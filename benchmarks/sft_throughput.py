@@ -1,7 +1,7 @@
 """SFT throughput, side by side in one run: our engine vs a plain Hugging Face Trainer + peft baseline.
 
     python benchmarks/sft_throughput.py [--model NAME_OR_PATH] [--steps 50] [--dataset alpaca_demo] [--repeats 2]
-        [--threads N] [--strategy padded] [--device cpu|cuda] [--bf16] [--kernels auto] [--json OUT]
+        [--threads N] [--strategy padded[,packed]] [--device cpu|cuda] [--bf16] [--kernels auto] [--json OUT]
 
 Same model (default the tiny demo model; a folder or a downloaded registry id, see bench_models.py), same
 encoded samples, same LoRA settings, batch, steps and learning rate. Each contender runs in its own process so
@@ -10,7 +10,10 @@ input tokens per second, the ratio to HF Trainer, the model FLOP/s those tokens 
 their share of the device's peak: on CPU a fp32 matmul at the same thread count, on a GPU a matmul in the
 training dtype (bf16 with ``--bf16``), both measured in the same run. On a GPU that share is the MFU.
 
-``--kernels auto`` adds a row for our engine with ``kernel_config: auto`` (the Triton kernels on a GPU).
+``--strategy padded,packed`` runs our engine once per batching strategy, in the same interleaved rounds (packed
+against padded batching measured side by side, e.g. on a GPU where it has not been measured yet).
+``--kernels auto`` adds a row for our engine with ``kernel_config: auto`` (the Triton kernels on a GPU), with the
+first strategy.
 If LLaMA-Factory is installed (``llamafactory-cli`` on PATH, or LFA_LLAMAFACTORY_CLI=/path/to/llamafactory-cli),
 it is run once as a third column on an equivalent YAML (gradient checkpointing off, as in the other two).
 """
@@ -174,7 +177,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dataset", default="alpaca_demo")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="OpenMP/torch threads per contender (same for all)")
-    parser.add_argument("--strategy", default="padded", help="our batching strategy (padded, packed, ...)")
+    parser.add_argument("--strategy", default="padded", help="our batching strategy (padded, packed, ...), or "
+                        "several, comma-separated: one row each")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU: both contenders train there)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU); fp32 without")
     parser.add_argument("--kernels", help="also run ours with this kernel_config (e.g. auto)")
@@ -199,11 +203,23 @@ def check_device(args: argparse.Namespace) -> None:
                          "--device cpu (fp32), or run this on a machine with a GPU.")
 
 
+def check_strategies(text: str) -> None:
+    """Refuse, naming it, a batching strategy the engine does not have, before anything is built or measured."""
+    from engine.training.batching import BATCHERS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BATCHERS]
+    if not names or unknown:
+        raise SystemExit(f"--strategy {text}: {', '.join(unknown) or 'no strategy'} is not a batching strategy; "
+                         f"use one or more of {', '.join(BATCHERS)}, comma-separated.")
+
+
 def main() -> None:
     args = parse_args()
     if args.worker:
         return worker(args.worker)
     check_device(args)
+    check_strategies(args.strategy)
     workdir = Path(tempfile.mkdtemp(prefix="lfa-bench-"))
     try:
         measure(args, workdir)
@@ -218,11 +234,14 @@ def measure(args: argparse.Namespace, workdir: Path) -> None:
     model, model_name = resolve_bench_model(args.model, workdir)
     _, samples = encoded_samples(str(model), args.dataset)
     flops, tokens = dataset_flops(ModelShape.from_folder(model), samples, lora_rank=SETTINGS["lora_rank"])
-    base = {"model": str(model), "dataset": args.dataset, "steps": args.steps, "strategy": args.strategy,
+    strategies = [name.strip() for name in args.strategy.split(",") if name.strip()]
+    base = {"model": str(model), "dataset": args.dataset, "steps": args.steps, "strategy": strategies[0],
             "device": args.device, "bf16": args.bf16}
-    contenders = {"HF Trainer + peft": {"kind": "hf"}, f"lf-assistant {args.strategy}": {"kind": "ours"}}
+    contenders = {"HF Trainer + peft": {"kind": "hf"}}
+    contenders.update({f"lf-assistant {name}": {"kind": "ours", "strategy": name} for name in strategies})
     if args.kernels:
-        contenders[f"lf-assistant {args.strategy}, kernels {args.kernels}"] = {"kind": "ours", "kernels": args.kernels}
+        contenders[f"lf-assistant {strategies[0]}, kernels {args.kernels}"] = {"kind": "ours",
+                                                                               "kernels": args.kernels}
     results: dict[str, dict] = {}
     peak, peak_what = 0.0, ""
     for _ in range(args.repeats):
@@ -264,6 +283,9 @@ def print_table(results: dict[str, dict], args, info: dict) -> None:
     for label, r in results.items():
         if label != "HF Trainer + peft":
             print(f"{label} vs HF Trainer: ratio {tps(r) / base_tps:.2f} (trained non-padding tokens per second)")
+    if "lf-assistant packed" in results and "lf-assistant padded" in results:
+        ratio = tps(results["lf-assistant packed"]) / tps(results["lf-assistant padded"])
+        print(f"lf-assistant packed vs padded: ratio {ratio:.2f}")
 
 
 if __name__ == "__main__":
