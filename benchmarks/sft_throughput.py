@@ -169,6 +169,19 @@ def device_peak(device: str, bf16: bool, threads: int) -> tuple[float, str]:
     return device_matmul_peak(device, "bfloat16" if bf16 else "float32"), f"{'bf16' if bf16 else 'fp32'} matmul"
 
 
+def strategy_list(text: str) -> list[str]:
+    """--strategy: one batching strategy or several, comma-separated; a name the engine does not have is refused,
+    named, before anything is built or measured."""
+    from engine.training.batching import BATCHERS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BATCHERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or 'no strategy'} is not a batching strategy; use "
+                                         f"one or more of {', '.join(BATCHERS)}, comma-separated")
+    return names
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="lf-tiny-qwen3", help="a model folder, a downloaded registry id, "
@@ -177,8 +190,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dataset", default="alpaca_demo")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="OpenMP/torch threads per contender (same for all)")
-    parser.add_argument("--strategy", default="padded", help="our batching strategy (padded, packed, ...), or "
-                        "several, comma-separated: one row each")
+    parser.add_argument("--strategy", default="padded", type=strategy_list, help="our batching strategy "
+                        "(padded, packed, ...), or several, comma-separated: one row each")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU: both contenders train there)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU); fp32 without")
     parser.add_argument("--kernels", help="also run ours with this kernel_config (e.g. auto)")
@@ -203,23 +216,11 @@ def check_device(args: argparse.Namespace) -> None:
                          "--device cpu (fp32), or run this on a machine with a GPU.")
 
 
-def check_strategies(text: str) -> None:
-    """Refuse, naming it, a batching strategy the engine does not have, before anything is built or measured."""
-    from engine.training.batching import BATCHERS
-
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in BATCHERS]
-    if not names or unknown:
-        raise SystemExit(f"--strategy {text}: {', '.join(unknown) or 'no strategy'} is not a batching strategy; "
-                         f"use one or more of {', '.join(BATCHERS)}, comma-separated.")
-
-
 def main() -> None:
     args = parse_args()
     if args.worker:
         return worker(args.worker)
     check_device(args)
-    check_strategies(args.strategy)
     workdir = Path(tempfile.mkdtemp(prefix="lfa-bench-"))
     try:
         measure(args, workdir)
@@ -234,14 +235,13 @@ def measure(args: argparse.Namespace, workdir: Path) -> None:
     model, model_name = resolve_bench_model(args.model, workdir)
     _, samples = encoded_samples(str(model), args.dataset)
     flops, tokens = dataset_flops(ModelShape.from_folder(model), samples, lora_rank=SETTINGS["lora_rank"])
-    strategies = [name.strip() for name in args.strategy.split(",") if name.strip()]
-    base = {"model": str(model), "dataset": args.dataset, "steps": args.steps, "strategy": strategies[0],
+    base = {"model": str(model), "dataset": args.dataset, "steps": args.steps, "strategy": args.strategy[0],
             "device": args.device, "bf16": args.bf16}
     contenders = {"HF Trainer + peft": {"kind": "hf"}}
-    contenders.update({f"lf-assistant {name}": {"kind": "ours", "strategy": name} for name in strategies})
+    contenders.update({f"lf-assistant {name}": {"kind": "ours", "strategy": name} for name in args.strategy})
     if args.kernels:
-        contenders[f"lf-assistant {strategies[0]}, kernels {args.kernels}"] = {"kind": "ours",
-                                                                               "kernels": args.kernels}
+        label = f"lf-assistant {args.strategy[0]}, kernels {args.kernels}"
+        contenders[label] = {"kind": "ours", "kernels": args.kernels}
     results: dict[str, dict] = {}
     peak, peak_what = 0.0, ""
     for _ in range(args.repeats):
