@@ -55,6 +55,18 @@ def packing_in_use(c) -> str:
     return f"none (batching_strategy: {c.batching_strategy})"
 
 
+def per_sample_packing(config) -> str | None:
+    """The setting that packs several samples into one row with attention kept within each sample (from the
+    restarting position ids), or None: lf-assistant's packed / dynamic batching, or LLaMA-Factory's neat_packing.
+    Preference and reward stages never pack; LLaMA-Factory's plain packing attends across samples on purpose."""
+    if config.stage == "sft" and config.neat_packing:
+        return "neat_packing"
+    if config.stage in ("sft", "pt") and not config.packing_enabled and config.batching_strategy in ("packed",
+                                                                                                   "dynamic"):
+        return f"batching_strategy: {config.batching_strategy}"
+    return None
+
+
 def _packing_problems(c) -> list[str]:
     """packing / neat_packing are LLaMA-Factory's (SFT rows of cutoff_len); batching_strategy is lf-assistant's."""
     problems = []

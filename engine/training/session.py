@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 
 from engine.config import TrainConfig
+from engine.config.method_check import per_sample_packing
 from engine.errors import ConfigError, DataError, EngineError
 from engine.methods import Method, count_parameters, get_method
 from engine.rundir import RunDir
@@ -243,18 +244,6 @@ class Session:
         """The kernel plan when it fuses the LM head with the loss (SFT and pre-training use it), else False."""
         plan = self.kernel_plan
         return plan if plan is not None and plan.fused_linear_ce else False
-
-
-def per_sample_packing(config: TrainConfig) -> str | None:
-    """The setting that packs several samples into one row with attention kept within each sample (from the
-    restarting position ids), or None: lf-assistant's packed / dynamic batching, or LLaMA-Factory's neat_packing.
-    Preference and reward stages never pack; LLaMA-Factory's plain packing attends across samples on purpose."""
-    if config.stage == "sft" and config.neat_packing:
-        return "neat_packing"
-    if config.stage in ("sft", "pt") and not config.packing_enabled and config.batching_strategy in ("packed",
-                                                                                                   "dynamic"):
-        return f"batching_strategy: {config.batching_strategy}"
-    return None
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
