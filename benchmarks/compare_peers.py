@@ -23,6 +23,11 @@ where a position has a target) and its share of this machine's peak, a fp32 matm
 the same thread count (best of the rounds); peak RSS and its ratio to HF's; the final logged loss. A second
 table has the raw figures: tokens, steps, loop seconds, how busy the threads were, tokens per CPU-second.
 
+The peak is a square matmul. The header also gives the model's own products timed alone at its shapes, on an
+average step's tokens as one packed row (flops.py ``products_ceiling``): a step, which adds attention, norms,
+activations, the loss and the optimizer to them, can hardly reach a larger share of the peak than they do.
+Each summary line gives a contender's share of that ceiling too.
+
 ``--baseline DIR`` adds our strategies run from another checkout (e.g. ``git worktree add /tmp/main main``
 with these benchmark files copied in), as extra contenders of the same interleaved rounds: a before/after
 measured side by side.
@@ -88,11 +93,14 @@ def tps(result: dict) -> float:
 
 def print_tables(kind: str, results: dict[str, dict], info: dict) -> None:
     base = results["hf"]
-    flops_per_token, peak = info["flops_per_token"], info["peak_flops"]
+    flops_per_token, peak, ceiling = info["flops_per_token"], info["peak_flops"], info["ceiling_flops"]
     print(f"\n{kind} lengths: LoRA SFT of {info['model_name']}, {info['steps']} steps x {SETTINGS['batch']} samples "
           f"(one epoch), cutoff {info['cutoff_len']}, fp32 CPU, {info['threads']} thread(s), gradient "
           f"checkpointing off, best of {info['repeats']}. Model FLOPs {flops_per_token / 1e6:.0f} M per real "
-          f"token; peak = fp32 matmul at {info['threads']} thread(s): {peak / 1e9:.1f} GFLOP/s")
+          f"token; peak = fp32 matmul at {info['threads']} thread(s): {peak / 1e9:.1f} GFLOP/s. The model's "
+          f"products alone (benchmarks/flops.py products_ceiling), on a mean step as one row ({info['mean_step'][0]} "
+          f"tokens, {info['mean_step'][1]} trained): {ceiling / 1e9:.1f} GFLOP/s = {ceiling / peak:.0%} of peak, "
+          f"the most a step built on them can reach")
     print(f"{'contender':<24}{'tok/s':>7}{'vs HF':>7}{'GFLOP/s':>9}{'peak':>6}{'RSS MB':>8}{'vs HF':>7}"
           f"{'loss':>8}")
     for contender, r in results.items():
@@ -111,9 +119,11 @@ def print_tables(kind: str, results: dict[str, dict], info: dict) -> None:
         if contender != "hf":
             print(f"[{kind}] {label(contender)} vs HF Trainer: ratio {tps(r) / tps(base):.2f} (real tokens/s; "
                   f"per CPU-second {r['tokens'] / r['cpu_s'] / (base['tokens'] / base['cpu_s']):.2f}); "
-                  f"share of peak {share:.0%}; peak RSS {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x HF's")
+                  f"share of peak {share:.0%} ({share * peak / ceiling:.0%} of the products' ceiling); peak RSS "
+                  f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x HF's")
         else:
-            print(f"[{kind}] {label(contender)}: share of peak {share:.0%}")
+            print(f"[{kind}] {label(contender)}: share of peak {share:.0%} ({share * peak / ceiling:.0%} of the "
+                  "products' ceiling)")
     pairs = [("ours:packed", "ours:padded", "padded"), ("ours:packed", "llamafactory", "LLaMA-Factory")]
     for ours, other, name in pairs:
         if ours in results and other in results:
@@ -124,6 +134,12 @@ def measure_peak(threads: int) -> float:
     from flops import matmul_peak
 
     return matmul_peak(threads)
+
+
+def measure_ceiling(shape, step: tuple[int, int], threads: int) -> float:
+    from flops import products_ceiling
+
+    return products_ceiling(shape, *step, threads, lora_rank=SETTINGS["lora_rank"])
 
 
 def parse_args() -> argparse.Namespace:
@@ -155,7 +171,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from bench_models import resolve_bench_model
     from engine.models.demo import DEMO_MODELS
-    from flops import ModelShape, dataset_flops
+    from flops import ModelShape, dataset_flops, mean_step
 
     root = Path(tempfile.mkdtemp(prefix="lfa-peers-"))
     model, model_name = resolve_bench_model(args.model, root)
@@ -179,16 +195,18 @@ def main() -> None:
     for kind in args.datasets.split(","):
         cutoff = DATASETS[kind]["cutoff_len"]
         name = write_dataset(root / "data", kind, steps * SETTINGS["batch"])
-        flops, tokens = dataset_flops(shape, encoded_samples(str(model), name, str(root / "data"), cutoff),
-                                      lora_rank=SETTINGS["lora_rank"])
+        samples = encoded_samples(str(model), name, str(root / "data"), cutoff)
+        flops, tokens = dataset_flops(shape, samples, lora_rank=SETTINGS["lora_rank"])
+        step = mean_step(samples, SETTINGS["batch"])
         job = {"model": str(model), "dataset": name, "data_dir": str(root / "data"), "steps": steps,
                "cutoff_len": cutoff, "root": str(root)}
         best: dict[str, dict] = {}
-        peak = 0.0
+        peak = ceiling = 0.0
         for round_ in range(1, args.repeats + 1):
-            measured = measure_peak(threads)
-            peak = max(peak, measured)
-            print(f"  {kind} round {round_}: matmul peak {measured / 1e9:.1f} GFLOP/s", flush=True)
+            measured, products = measure_peak(threads), measure_ceiling(shape, step, threads)
+            peak, ceiling = max(peak, measured), max(ceiling, products)
+            print(f"  {kind} round {round_}: matmul peak {measured / 1e9:.1f} GFLOP/s, the model's products "
+                  f"alone {products / 1e9:.1f}", flush=True)
             for contender in contenders:
                 python, env = runtimes[contender]
                 result = spawn({**job, "contender": contender}, python, env)
@@ -198,7 +216,8 @@ def main() -> None:
                 if contender not in best or tps(result) > tps(best[contender]):
                     best[contender] = result
         info = {"model_name": model_name, "steps": steps, "cutoff_len": cutoff, "threads": threads,
-                "repeats": args.repeats, "flops_per_token": flops / tokens, "peak_flops": peak}
+                "repeats": args.repeats, "flops_per_token": flops / tokens, "peak_flops": peak,
+                "ceiling_flops": ceiling, "mean_step": step}
         print_tables(kind, best, info)
         report[kind] = {"info": info, "results": best}
     report["load_after"] = os.getloadavg()[0]
