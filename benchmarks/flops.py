@@ -162,17 +162,18 @@ def _products_here(spec_json: str) -> float:
     chunk = head_chunk_rows(shape.vocab)
 
     def products() -> list:  # one step's products in step order, as engine/kernels/ops/lora.py runs them
-        calls, adapter_rows = [], {}
-        for index, layer in enumerate(layers):
+        calls, adapter_rows = [], []
+        for layer in layers:
             for (weight, lora_a, lora_b), (i, o) in zip(layer, shape.linears):
-                x, z = rows[i], adapter_rows.setdefault((index, i, o), skinny_product(rows[i], lora_a))
+                x, z = rows[i], skinny_product(rows[i], lora_a)
+                adapter_rows.append(z)
                 calls += [lambda x=x, a=lora_a: skinny_product(x, a),
                           lambda x=x, w=weight, z=z, b=lora_b: frozen_linear(x, w).addmm_(z, b.t())]
         for start in range(0, targets, chunk):  # fused_linear_ce.py: logits, then the hidden states' gradient
             calls.append(lambda h=hidden[start:start + chunk]: frozen_linear(h, head) @ head)
-        for index, layer in reversed(list(enumerate(layers))):
+        for layer in reversed(layers):
             for (weight, lora_a, lora_b), (i, o) in reversed(list(zip(layer, shape.linears))):
-                x, dy, z = rows[i], rows[o], adapter_rows[(index, i, o)]
+                x, dy, z = rows[i], rows[o], adapter_rows.pop()
                 dz = skinny_product(dy, lora_b.t())
                 calls += [lambda dy=dy, b=lora_b: skinny_product(dy, b.t()),
                           lambda dz=dz, x=x: skinny_product(dz.t(), x.t()),  # the adapters' weight gradients
