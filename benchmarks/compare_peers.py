@@ -115,15 +115,14 @@ def print_tables(kind: str, results: dict[str, dict], info: dict) -> None:
         print(f"{label(contender):<24}{r['tokens']:>8}{r['steps']:>6}{r['train_s']:>8.1f}{busy:>6.0%}{cps:>10.0f}"
               f"{cps / (base['tokens'] / base['cpu_s']):>10.2f}")
     for contender, r in results.items():
-        share = tps(r) * flops_per_token / peak
+        achieved = tps(r) * flops_per_token
+        share = f"share of peak {achieved / peak:.0%} ({achieved / ceiling:.0%} of the products' ceiling)"
         if contender != "hf":
             print(f"[{kind}] {label(contender)} vs HF Trainer: ratio {tps(r) / tps(base):.2f} (real tokens/s; "
                   f"per CPU-second {r['tokens'] / r['cpu_s'] / (base['tokens'] / base['cpu_s']):.2f}); "
-                  f"share of peak {share:.0%} ({share * peak / ceiling:.0%} of the products' ceiling); peak RSS "
-                  f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x HF's")
+                  f"{share}; peak RSS {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x HF's")
         else:
-            print(f"[{kind}] {label(contender)}: share of peak {share:.0%} ({share * peak / ceiling:.0%} of the "
-                  "products' ceiling)")
+            print(f"[{kind}] {label(contender)}: {share}")
     pairs = [("ours:packed", "ours:padded", "padded"), ("ours:packed", "llamafactory", "LLaMA-Factory")]
     for ours, other, name in pairs:
         if ours in results and other in results:

@@ -93,10 +93,14 @@ def dataset_flops(shape: ModelShape, samples: list[dict], *, lora_rank: int | No
     flops, tokens = 0.0, 0
     for sample in samples:
         labels = sample["labels"]
-        targets = sum(1 for label in labels[1:] if label != -100)  # position t predicts label t + 1
-        flops += sample_flops(shape, len(labels), targets, lora_rank=lora_rank)
+        flops += sample_flops(shape, len(labels), trained_positions(labels), lora_rank=lora_rank)
         tokens += len(labels)
     return flops, tokens
+
+
+def trained_positions(labels: list[int]) -> int:
+    """Positions of a sample that need logits: position t predicts label t + 1."""
+    return sum(1 for label in labels[1:] if label != -100)
 
 
 def matmul_peak(threads: int, *, seconds: float = 1.5, sizes: tuple[int, ...] = (512, 1024, 2048)) -> float:
@@ -115,7 +119,7 @@ def mean_step(samples: list[dict], batch: int) -> tuple[int, int]:
     """(input tokens, trained positions) of an average optimizer step of ``batch`` samples: the rows of a packed
     step's products, and of its LM head."""
     tokens = sum(len(sample["labels"]) for sample in samples)
-    targets = sum(1 for sample in samples for label in sample["labels"][1:] if label != -100)
+    targets = sum(trained_positions(sample["labels"]) for sample in samples)
     steps = max(1, len(samples) / batch)
     return round(tokens / steps), round(targets / steps)
 
