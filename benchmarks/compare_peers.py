@@ -49,9 +49,11 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from peer_runs import DATASETS, SETTINGS, encoded_samples, llamafactory_runtime, write_dataset  # noqa: E402
+from peer_runs import (DATASETS, SETTINGS, encoded_samples, llamafactory_runtime, strategy_list,  # noqa: E402
+                       write_dataset)
 
 LABELS = {"hf": "HF Trainer + peft", "llamafactory": "LLaMA-Factory"}
 DEFAULT_LF_VENV = REPO / ".cache" / "llamafactory-venv"
@@ -148,7 +150,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="optimizer steps = one epoch of steps x 8 samples "
                         "(default 40 for the demo model, 12 for a real one)")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
-    parser.add_argument("--strategies", default="padded,packed",
+    parser.add_argument("--strategies", default="padded,packed", type=strategy_list,
                         help="our batching strategies to run (padded, bucketed, packed, dynamic)")
     parser.add_argument("--datasets", default="skewed,uniform")
     # On a shared 2-core machine two OpenMP threads spin at every barrier while another process holds a core;
@@ -167,7 +169,6 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    sys.path.insert(0, str(REPO))
     from bench_models import resolve_bench_model
     from engine.models.demo import DEMO_MODELS
     from flops import ModelShape, dataset_flops, mean_step
@@ -177,10 +178,10 @@ def main() -> None:
     demo = args.model in DEMO_MODELS
     steps = args.steps or (40 if demo else 12)
     threads = args.threads if args.threads is not None else (1 if demo else 2)
-    contenders = ["hf", *[f"ours:{s}" for s in args.strategies.split(",")]]
+    contenders = ["hf", *[f"ours:{s}" for s in args.strategies]]
     if args.baseline:
         BASELINE["base"] = args.baseline.resolve()
-        contenders += [f"base:{s}" for s in args.strategies.split(",")]
+        contenders += [f"base:{s}" for s in args.strategies]
     thread_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     runtimes = {c: (sys.executable, thread_env) for c in contenders}
     if args.with_llamafactory:

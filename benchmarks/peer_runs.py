@@ -8,6 +8,7 @@ LLaMA-Factory worker runs with that venv's python, where only its packages (and 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -30,6 +31,19 @@ def log_every(steps: int, most: int = SETTINGS["logging_steps"]) -> int:
     last step and its final loss is the mean of the same steps. (With ``min(most, steps)``, 8 steps logged every
     5: HF Trainer's last loss was the mean of steps 1-5, ours of steps 6-8.)"""
     return max(n for n in range(1, max(1, min(most, steps)) + 1) if steps % n == 0)
+
+
+def strategy_list(text: str) -> list[str]:
+    """--strategy: one batching strategy or several, comma-separated; a name the engine does not have is refused,
+    named, before anything is built or measured."""
+    from engine.training.batching import BATCHERS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BATCHERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or 'no strategy'} is not a batching strategy; use "
+                                         f"one or more of {', '.join(BATCHERS)}, comma-separated")
+    return names
 
 
 def peak_rss_mb() -> float:

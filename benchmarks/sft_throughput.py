@@ -169,19 +169,6 @@ def device_peak(device: str, bf16: bool, threads: int) -> tuple[float, str]:
     return device_matmul_peak(device, "bfloat16" if bf16 else "float32"), f"{'bf16' if bf16 else 'fp32'} matmul"
 
 
-def strategy_list(text: str) -> list[str]:
-    """--strategy: one batching strategy or several, comma-separated; a name the engine does not have is refused,
-    named, before anything is built or measured."""
-    from engine.training.batching import BATCHERS
-
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in BATCHERS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or 'no strategy'} is not a batching strategy; use "
-                                         f"one or more of {', '.join(BATCHERS)}, comma-separated")
-    return names
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="lf-tiny-qwen3", help="a model folder, a downloaded registry id, "
@@ -190,6 +177,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dataset", default="alpaca_demo")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--threads", type=int, default=1, help="OpenMP/torch threads per contender (same for all)")
+    from peer_runs import strategy_list
+
     parser.add_argument("--strategy", default="padded", type=strategy_list, help="our batching strategy "
                         "(padded, packed, ...), or several, comma-separated: one row each")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU: both contenders train there)")
