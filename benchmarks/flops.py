@@ -106,11 +106,16 @@ def trained_positions(labels: list[int]) -> int:
 def matmul_peak(threads: int, *, seconds: float = 1.5, sizes: tuple[int, ...] = (512, 1024, 2048)) -> float:
     """The best fp32 matmul FLOP/s torch reaches here at ``threads`` threads (square GEMMs, best of the sizes).
     Runs in a fresh process so that the thread count is the one the contenders get (OMP reads it at start)."""
+    return _in_fresh_process(f"_peak_here({threads}, {seconds}, {sizes!r})", threads)
+
+
+def _in_fresh_process(call: str, threads: int) -> float:
+    """The number ``flops.<call>`` returns, evaluated in a fresh Python at ``threads`` OpenMP/MKL threads (OMP reads
+    the count at start, so it cannot be changed in this process)."""
     import subprocess
 
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import flops; " \
-           f"print(flops._peak_here({threads}, {seconds}, {sizes!r}))"
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import flops; print(flops.{call})"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -136,15 +141,9 @@ def products_ceiling(shape: ModelShape, tokens: int, targets: int, threads: int,
     ceiling these products put on it at these shapes on this machine. Each product's best time of ``passes``
     passes after a warm-up pass (the peak is a best call too), in a fresh process at ``threads`` threads, like the
     peak."""
-    import subprocess
-
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     spec = json.dumps({"shape": shape.__dict__, "tokens": tokens, "targets": targets, "rank": lora_rank,
                        "threads": threads, "passes": passes})
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import flops; " \
-           f"print(flops._products_here({spec!r}))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    return _in_fresh_process(f"_products_here({spec!r})", threads)
 
 
 def _products_here(spec_json: str) -> float:
