@@ -10,8 +10,7 @@ from engine.config.fields import field_problems
 from engine.config.loader import load_checked
 from engine.config.model_source import INFER_DTYPES
 from engine.readers import clip
-from engine.errors import ConfigError
-from engine.inference.config import ADAPTER_METHODS
+from engine.inference.config import ADAPTER_METHODS, result_model_keys
 
 BYTES_PER_GB = 10**9  # the unit transformers and the hub use for shard sizes ("5GB")
 __all__ = ["EXPORT_DEVICES", "ExportConfig", "INFER_DTYPES", "check_export_config", "default_export_dir",
@@ -66,14 +65,7 @@ def make_export_config(output_dir: str | Path, *, base_model: str, method: str, 
                        export_dir: str | Path, export_device: str = "auto", trust_remote_code: bool = False,
                        export_size: float = 5) -> dict[str, Any]:
     """The LLaMA-Factory-shaped export dict: LoRA/QLoRA merge base + adapter; full/freeze re-save output_dir."""
-    if method in ADAPTER_METHODS:
-        config: dict[str, Any] = {"model_name_or_path": str(base_model), "adapter_name_or_path": str(output_dir)}
-    elif method in ("full", "freeze"):
-        config = {"model_name_or_path": str(output_dir)}
-    else:
-        raise ConfigError(f"Unknown fine-tuning method {method!r}; use one of lora, qlora, full, freeze.")
-    if template:
-        config["template"] = template
+    config = result_model_keys(output_dir, base_model=base_model, method=method, template=template)
     config.update({"trust_remote_code": trust_remote_code, "export_dir": str(export_dir), "export_size": export_size,
                    "export_device": export_device, "export_legacy_format": False})
     return config

@@ -49,6 +49,15 @@ def make_infer_config(output_dir: str | Path, *, base_model: str, method: str, t
     LoRA/QLoRA: the base model plus the adapter in output_dir. Full/freeze: output_dir is the model, and there is
     no adapter key at all (naming one would load nothing, or fail). Greedy decoding, so validation is reproducible.
     """
+    config = result_model_keys(output_dir, base_model=base_model, method=method, template=template)
+    config.update({"infer_backend": "huggingface", "trust_remote_code": trust_remote_code, "do_sample": False})
+    return config
+
+
+def result_model_keys(output_dir: str | Path, *, base_model: str, method: str, template: str | None) -> dict[str, Any]:
+    """The keys that load a training result, as LLaMA-Factory's inference and export YAMLs name it: LoRA/QLoRA,
+    the base plus the adapter in output_dir; full/freeze, output_dir itself (no adapter key: naming one would load
+    nothing, or fail). The chat template the run trained with, when there is one."""
     if method in ADAPTER_METHODS:
         config: dict[str, Any] = {"model_name_or_path": str(base_model), "adapter_name_or_path": str(output_dir)}
     elif method in ("full", "freeze"):
@@ -57,7 +66,6 @@ def make_infer_config(output_dir: str | Path, *, base_model: str, method: str, t
         raise ConfigError(f"Unknown fine-tuning method {method!r}; use one of lora, qlora, full, freeze.")
     if template:
         config["template"] = template
-    config.update({"infer_backend": "huggingface", "trust_remote_code": trust_remote_code, "do_sample": False})
     return config
 
 
