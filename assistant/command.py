@@ -46,3 +46,10 @@ def self_command() -> str:
             return script.name
         return shlex.quote(str(script))
     return f"{shlex.quote(os.path.abspath(sys.executable))} -m assistant.cli.main"
+
+
+def run_command(action: str, run_id: str, runs_dir: str | Path | None = None, *extra: str) -> str:
+    """`lf-assistant ACTION RUN_ID [--runs-dir DIR] [EXTRA...]`, quoted for a shell: a hint that names a run must
+    also name the runs folder it lives in when that is not the default."""
+    words = [action, str(run_id)] + (["--runs-dir", str(runs_dir)] if runs_dir is not None else []) + list(extra)
+    return f"{self_command()} {shlex.join(words)}"

@@ -20,7 +20,7 @@ from engine.config import validate as _validate
 from engine.config import warnings as _warnings
 from engine.errors import ConfigError, EngineError
 from engine.names import check_name
-from engine.ownership import Lock, acquire, claim_output_dir, handover_env, marker_run
+from engine.ownership import Lock, acquire, handover_env, holds_lock, marker_run, output_dir_problem
 from engine.runstatus import LIVE_STATES, ProcessIdentity, RunState, RunStatus, load_status_file
 from engine.rundir import RunDir, find_run, new_run_id, runs_root
 
@@ -133,8 +133,11 @@ def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -
             raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
         resolved = _resolve_paths(config, run)
         locks.append(acquire(resolved.output_dir, run_id=run.run_id, what="output_dir"))
-        claim_output_dir(resolved.output_dir, run.run_id, overwrite=resolved.overwrite_output_dir,
-                         resume=bool(resolved.resume_from_checkpoint))
+        # Only checked here: the folder is claimed (and an earlier run's results removed) as training starts
+        problem = output_dir_problem(resolved.output_dir, run.run_id, overwrite=resolved.overwrite_output_dir,
+                                     resume=bool(resolved.resume_from_checkpoint))
+        if problem:
+            raise EngineError(problem)
         from engine.preflight import check_before_training
 
         notes = check_before_training(resolved, resolved.model_name_or_path, run.path, Path(resolved.output_dir))
@@ -275,12 +278,18 @@ def plan_launch(run_dir: str | Path, stage: str = "sft", **options):
 
 
 def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = True,
-           env: dict[str, str] | None = None) -> RunHandle:
-    """Continue a failed or stopped run from its newest complete checkpoint, in the same run folder."""
-    run = find_run(run_id, runs_dir)
+           env: dict[str, str] | None = None, checkpoint: str | int | None = None) -> RunHandle:
+    """Continue a failed or stopped run from its newest complete checkpoint (or ``checkpoint``: N or
+    checkpoint-N of its output_dir, e.g. when the newest is damaged), in the same run folder."""
+    run = find_run(run_id, runs_dir, prefix=False)
     status = run.read_status()
     if status.state == RunState.COMPLETED:
         raise EngineError(f"Run {run.run_id} already completed.")
+    if status.state == RunState.PENDING and status.process is None and status.started_at is None:
+        raise EngineError(f"Run {run.run_id} was prepared but never started (`launch --print` writes such runs): "
+                          f"start it with the command that was printed, or train its config again: "
+                          f"`lf-assistant train {run.path / (status.stage + '.yaml')}`.")
+    start_from = _checkpoint_name(checkpoint, status.output_dir) if checkpoint is not None else "auto"
     locks = _take_locks(run, status.output_dir)  # a live run holds them: refused, naming it
     try:
         owner = marker_run(Path(status.output_dir)) if status.output_dir else None
@@ -289,7 +298,7 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
                               f"{run.run_id} there would continue from another run's checkpoints.")
         config_path = run.path / f"{status.stage}.yaml"
         data = read_yaml(config_path)
-        data["resume_from_checkpoint"] = "auto"
+        data["resume_from_checkpoint"] = start_from
         dump_yaml(data, config_path)
         run.clear_stop_request()
         run.update_status(state=RunState.PENDING, exit_reason=None, finished_at=None, resumed_at=time.time())
@@ -304,13 +313,28 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
     return RunHandle(run, None)
 
 
+def _checkpoint_name(checkpoint: str | int, output_dir: str | None) -> str:
+    """The complete checkpoint of ``output_dir`` that ``checkpoint`` (N or checkpoint-N, nothing else: it stays
+    inside the run's output folder) names, as a path."""
+    from engine.rundir import find_complete_checkpoints
+
+    name = str(checkpoint).strip()
+    name = f"checkpoint-{name}" if name.isdigit() else name
+    complete = {p.name: p for p in find_complete_checkpoints(output_dir or "")}
+    if name not in complete:
+        listing = ", ".join(complete) or "none"
+        raise EngineError(f"--checkpoint {checkpoint!r} is not a complete checkpoint of {output_dir}; give N or "
+                          f"checkpoint-N of one of: {listing}.")
+    return str(complete[name])
+
+
 def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False) -> RunStatus:
     """Ask a running training to stop: it finishes its step, saves a checkpoint and records "stopped".
 
     The request is a file in the run folder that every rank agrees on at the next step, so no process is
     signalled. ``force`` also sends SIGTERM to the training's process group, after checking by pid, start time and
     host that it is that training's process and not another that reused its pid."""
-    run = find_run(run_id, runs_dir)
+    run = find_run(run_id, runs_dir, prefix=False)
     status = run.read_status()
     if status.state not in LIVE_STATES:
         raise EngineError(f"Run {run.run_id} is not running (state: {status.state}).")
@@ -321,10 +345,10 @@ def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False
     run.request_stop("lf-assistant stop")
     if force:
         identity = status.process
-        if identity is None or identity.alive() is not True:
+        if identity is None or identity.alive() is not True or not holds_lock(identity.pid, run.path):
             raise EngineError(f"Run {run.run_id}'s process cannot be verified on this host (pid "
-                              f"{identity.pid if identity else '-'}); the stop request is written and the run ends at "
-                              "its next step.")
+                              f"{identity.pid if identity else '-'} is gone, or does not hold the run folder's lock); "
+                              "nothing was signalled. The stop request is written and the run ends at its next step.")
         if os.getpgid(identity.pid) == identity.pid:  # a session leader we started: its group is the run
             os.killpg(identity.pid, signal.SIGTERM)
         else:

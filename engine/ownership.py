@@ -6,13 +6,19 @@ never stale: "held" means a live process holds it. The file also records who hol
 time) so a refusal can name the owner. The launcher takes the locks before it writes anything, then hands them
 to the training process it starts (the open descriptors are inherited; ``LFA_HELD_LOCKS`` names them).
 
-An output folder is ours when it carries ``.lfa-output.json`` (written when a run claims the folder). Training
-never writes into a non-empty folder that is not ours, and ``overwrite_output_dir`` clears only a folder that is.
+An output folder is ours when it carries ``.lfa-output.json``, written when a run claims the folder as its
+training starts (after the model and data have loaded: a run that is refused, fails early or is only printed
+for another machine changes nothing there). Training never writes into a non-empty folder that is not ours. The
+marker lists every entry the run wrote (``record_outputs``: each checkpoint before it is written, the final
+result's files after), and ``overwrite_output_dir`` removes only those: a file anyone else put into the folder
+makes the overwrite refused, naming it, instead of deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import fnmatch
 import json
 import os
 import shutil
@@ -28,6 +34,9 @@ LOCK_NAME = ".lfa.lock"
 OUTPUT_MARKER = ".lfa-output.json"
 HELD_LOCKS_ENV = "LFA_HELD_LOCKS"
 OWN_FILES = (LOCK_NAME, OUTPUT_MARKER)
+# Scratch entries only training writes (a checkpoint being written, DeepSpeed's shard staging, a PiSSA adapter
+# being replaced), left behind when a run is killed mid-write: an earlier run's, whatever its marker lists.
+SCRATCH_GLOBS = (".checkpoint-*.partial", ".deepspeed-staging", ".*.converting")
 
 
 class FolderInUse(EngineError):
@@ -133,6 +142,26 @@ def is_held(folder: str | Path) -> bool:
     return False
 
 
+def holds_lock(pid: int, folder: str | Path) -> bool:
+    """Whether process ``pid`` has ``folder``'s lock file open: the process that trains there always does (the
+    trainer, or torchrun, keeps the lock it was handed for the whole run). A process that merely shares the pid
+    and start time written in a status file does not."""
+    import psutil
+
+    try:
+        target = os.stat(Path(folder) / LOCK_NAME)
+        for opened in psutil.Process(pid).open_files():
+            try:
+                found = os.stat(opened.path)
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+                return True
+    except (OSError, psutil.Error, ValueError, OverflowError):
+        return False
+    return False
+
+
 def handover_env(locks: list[Lock]) -> dict[str, str]:
     """What a child process needs to know it holds ``locks`` (pass their fds with ``pass_fds``)."""
     fds = [lock.fd for lock in locks if lock.fd is not None]
@@ -157,6 +186,20 @@ def foreign_entries(folder: Path) -> list[str]:
     return sorted(p.name for p in Path(folder).iterdir() if p.name not in OWN_FILES)
 
 
+def recorded_entries(folder: Path) -> set[str]:
+    """The entries the run named in ``folder``'s marker wrote there (an old marker without the list: none)."""
+    written = read_json_dict(Path(folder) / OUTPUT_MARKER).get("written")
+    return {name for name in written if isinstance(name, str)} if isinstance(written, list) else set()
+
+
+def _ours(name: str, recorded: set[str]) -> bool:
+    return name in recorded or any(fnmatch.fnmatchcase(name, pattern) for pattern in SCRATCH_GLOBS)
+
+
+def _listing(entries: list[str]) -> str:
+    return ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+
+
 def output_dir_problem(folder: str | Path, run_id: str | None, *, overwrite: bool, resume: bool) -> str | None:
     """Why ``run_id`` may not write into ``folder`` (None when it may). Read-only: validate calls it too."""
     folder = Path(folder)
@@ -166,30 +209,75 @@ def output_dir_problem(folder: str | Path, run_id: str | None, *, overwrite: boo
     if not entries:
         return None
     owner = marker_run(folder)
-    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
     if owner is None:
-        return (f"output_dir {folder} holds files lf-assistant did not write ({shown}). It never writes into "
-                "or clears such a folder: choose an empty or new output_dir.")
-    if owner == run_id or resume or overwrite:
+        return (f"output_dir {folder} holds files lf-assistant did not write ({_listing(entries)}). It never writes "
+                "into or clears such a folder: choose an empty or new output_dir.")
+    if owner == run_id or resume:
         return None
+    if overwrite:
+        recorded = recorded_entries(folder)
+        others = [name for name in entries if not _ours(name, recorded)]
+        if not others:
+            return None
+        return (f"output_dir {folder} holds the results of run {owner} and files that run did not write "
+                f"({_listing(others)}). overwrite_output_dir replaces only what a run wrote: move those files out, "
+                "or choose another output_dir.")
     return (f"output_dir {folder} holds the results of run {owner}. Set overwrite_output_dir: true to replace "
             "them, resume_from_checkpoint: auto to continue from its newest checkpoint, or choose another "
             "output_dir.")
 
 
 def claim_output_dir(folder: str | Path, run_id: str, *, overwrite: bool, resume: bool) -> None:
-    """Make ``folder`` this run's output folder (the caller holds its lock). ``overwrite`` clears an earlier
-    run's results, only ever in a folder that is ours."""
+    """Make ``folder`` this run's output folder, as its training starts (the caller holds its lock).
+    ``overwrite`` first removes what an earlier run wrote there, and only that (``output_dir_problem`` refuses a
+    folder that holds anything else)."""
     folder = Path(folder)
     problem = output_dir_problem(folder, run_id, overwrite=overwrite, resume=resume)
     if problem:
         raise EngineError(problem)
     owner = marker_run(folder)
+    recorded = recorded_entries(folder) if owner == run_id or resume else set()
     if overwrite and not resume and owner not in (None, run_id):
+        earlier = recorded_entries(folder)
         for name in foreign_entries(folder):
             path = folder / name
+            if not _ours(name, earlier):
+                continue  # output_dir_problem refused the folder then; never reached
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
-    write_text_atomic(folder / OUTPUT_MARKER, json.dumps({"run_id": run_id, "claimed_at": time.time()}))
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_marker(folder, run_id, recorded)
+
+
+def _write_marker(folder: Path, run_id: str, written: set[str]) -> None:
+    write_text_atomic(folder / OUTPUT_MARKER, json.dumps({"run_id": run_id, "claimed_at": time.time(),
+                                                          "written": sorted(written)}))
+
+
+def record_outputs(folder: str | Path, run_id: str, names) -> None:
+    """Add ``names`` (top-level entries of ``folder``) to what run ``run_id`` wrote there; the main process only."""
+    folder = Path(folder)
+    data = read_json_dict(folder / OUTPUT_MARKER)
+    recorded = recorded_entries(folder) if data.get("run_id") == run_id else set()
+    if set(names) <= recorded:
+        return
+    write_text_atomic(folder / OUTPUT_MARKER, json.dumps({**data, "run_id": run_id,
+                                                          "written": sorted(recorded | set(names))}))
+
+
+@contextlib.contextmanager
+def recording_outputs(folder: str | Path, run_id: str, *, enabled: bool = True):
+    """Record the top-level entries that appear in ``folder`` while the block runs (also when it fails part-way)
+    as written by ``run_id``: the final model's files, whose names the saving library chooses."""
+    if not enabled:
+        yield
+        return
+    before = set(foreign_entries(Path(folder)))
+    try:
+        yield
+    finally:
+        added = set(foreign_entries(Path(folder))) - before
+        if added:
+            record_outputs(folder, run_id, added)

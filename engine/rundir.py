@@ -62,19 +62,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Every complete line of a JSONL file; a half-written last line (a crash mid-append) is skipped."""
+    """Every complete line of a JSONL file that is a JSON object; a half-written last line (a crash mid-append,
+    maybe inside a multi-byte character) and anything else that is not an object are skipped."""
     if not path.is_file():
         return []
     rows = []
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             line = line.strip()
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
@@ -224,26 +227,42 @@ def iter_runs(runs_dir: str | Path | None = None) -> Iterator[RunDir]:
     root = runs_root(runs_dir)
     if not root.is_dir():
         return
-    folders = [p for p in root.iterdir()
-               if p.is_dir() and ((p / "status.json").exists() or (p / "state.json").exists())]
+    folders = [p for p in root.iterdir() if is_run_folder(p)]
     for folder in sorted(folders, key=lambda p: p.stat().st_mtime, reverse=True):
         yield RunDir(folder)
 
 
-def find_run(run_id: str, runs_dir: str | Path | None = None) -> RunDir:
-    """A run by id (or a unique prefix, or a path). Raises EngineError listing recent runs when not found."""
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. a name too long for the file system: no folder of ours
+        return False
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a run folder (it holds a status file)."""
+    return _is_dir(path) and ((path / "status.json").exists() or (path / "state.json").exists())
+
+
+def find_run(run_id: str, runs_dir: str | Path | None = None, *, prefix: bool = True) -> RunDir:
+    """A run by id (or a unique prefix, or a path). Raises EngineError listing recent runs when not found.
+
+    ``prefix=False`` for what acts on a run (stop, resume): a mistyped short id must not pick another run."""
     from engine.errors import EngineError
 
     as_path = Path(run_id)
-    if as_path.is_dir() and ((as_path / "status.json").exists() or (as_path / "state.json").exists()):
+    if is_run_folder(as_path):
         return RunDir(as_path)
     root = runs_root(runs_dir)
     exact = root / run_id
-    if exact.is_dir():
+    if _is_dir(exact):
         return RunDir(exact)
     matches = [r for r in iter_runs(root) if r.run_id.startswith(run_id)]
-    if len(matches) == 1:
+    if len(matches) == 1 and prefix:
         return matches[0]
+    if matches and not prefix:
+        raise EngineError(f"No run is called {run_id!r}; {', '.join(m.run_id for m in matches[:5])} start(s) with "
+                          "it. Stopping or resuming a run takes its whole id.")
     recent = [r.run_id for r in iter_runs(root)][:5]
     if len(matches) > 1:
         raise EngineError(f"Run id {run_id!r} matches several runs: {', '.join(m.run_id for m in matches[:5])}. "

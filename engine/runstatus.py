@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 
+STAGES = ("sft", "pt", "rm", "dpo", "kto")
+"""The training stages a run can be (each has a recipe, engine.recipes); a status naming another is not read."""
+
+
 class RunState(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -176,9 +180,30 @@ class RunStatus:
                     continue
             elif f.name == "process":
                 values["process"] = ProcessIdentity.from_json(value)
-            elif _fits(value, f.type):
+            elif f.name == "stage":  # it names a config file and a module to run: only a stage there is
+                if value in STAGES:
+                    values["stage"] = value
+            elif _fits(value, f.type) and _plausible(f.name, value):
                 values[f.name] = value
         return cls(**values)
+
+
+# Times and durations beyond this many seconds (about the year 5000) are no clock's: a damaged or edited file.
+_LATEST_SECONDS = 1e11
+
+
+def _plausible(name: str, value: Any) -> bool:
+    """Numbers must be finite; times (``*_at``), durations (``*_s``) and counts must not be negative, and times and
+    durations not absurdly large (readers format them as dates and clocks)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return True
+    if not math.isfinite(value):
+        return False
+    if name.endswith(("_at", "_s")):
+        return 0 <= value < _LATEST_SECONDS
+    if name in ("step", "total_steps", "world_size", "num_input_tokens_seen", "num_trained_tokens", "epoch"):
+        return value >= 0
+    return True
 
 
 def _fits(value: Any, annotation: str) -> bool:

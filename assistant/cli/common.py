@@ -20,13 +20,14 @@ EXIT_INTERNAL = 3
 DEBUG_VARIABLE = "LFA_DEBUG"
 
 
-def safe(value: object) -> str:
-    """`value` as text for a rich markup string: control characters shown escaped, markup brackets escaped."""
+def safe(value: object, *, keep_layout: bool = False) -> str:
+    """`value` as text for a rich markup string: control characters shown escaped (``keep_layout``: except line
+    breaks and tabs, for a message of several lines), markup brackets escaped."""
     from rich.markup import escape
 
     from engine.data.text import escape_control
 
-    return escape(escape_control(str(value), keep_layout=False))
+    return escape(escape_control(str(value), keep_layout=keep_layout))
 
 
 def plain(value: object, *, keep_layout: bool = True) -> str:

@@ -16,7 +16,7 @@ from typing import List, Optional
 import typer
 
 from assistant.cli.common import plain
-from assistant.command import self_command
+from assistant.command import run_command
 
 
 def launch(
@@ -28,7 +28,8 @@ def launch(
         "on CPU the config's nproc_per_node, else 1)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use on each node, e.g. 0,1,2,3."),
     master_addr: str = typer.Option("HEAD_NODE_ADDRESS", "--master-addr", help="Node 0's address (multi-node)."),
-    master_port: int = typer.Option(29500, "--master-port", help="Rendezvous port on node 0 (multi-node)."),
+    master_port: int = typer.Option(29500, "--master-port", min=1, max=65535,
+                                    help="Rendezvous port on node 0 (multi-node)."),
     print_only: bool = typer.Option(False, "--print", help="Only print the command for each node; start nothing."),
     slurm: bool = typer.Option(False, "--slurm", help="Also print (and save in the run folder) an sbatch script."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background and return the run id."),
@@ -38,6 +39,7 @@ def launch(
     """Train on several processes through torchrun, or print the command for every node (and a SLURM script)."""
     import engine
     from engine.api import plan_launch, prepare_run
+    from engine.jsonio import write_text_atomic
     from engine.names import check_name
 
     if run_id is not None:
@@ -49,46 +51,49 @@ def launch(
         for problem in problems:
             typer.echo(f"  - {plain(problem)}", err=True)
         raise typer.Exit(2)
+    choice = _gpu_choice(gpus) if gpus else None  # a bad --gpus is refused before the run folder is made
     resolved, run = prepare_run(cfg, runs_dir=runs_dir, run_id=run_id)
-    if gpus:
-        _save_gpu_choice(gpus, run.path)
+    if choice is not None:
+        from engine.devices import save_choice
+
+        save_choice(choice, run.path)
     plan = plan_launch(run.path, resolved.stage, nproc_per_node=nproc_per_node, nnodes=nnodes,
                        master_addr=master_addr, master_port=master_port)
     text = plan.describe()
-    (run.path / "launch.sh").write_text("#!/bin/sh\n" + text + "\n", encoding="utf-8")
+    write_text_atomic(run.path / "launch.sh", "#!/bin/sh\n" + text + "\n")
     if slurm:
-        (run.path / "launch.sbatch").write_text(plan.sbatch_script(), encoding="utf-8")
+        write_text_atomic(run.path / "launch.sbatch", plan.sbatch_script())
     if print_only or nnodes > 1:
         # The files hold the exact scripts; the terminal gets them with control characters shown, not obeyed.
         typer.echo(plain(text))
         if slurm:
             submit = shlex.join(["sbatch", str(run.path / "launch.sbatch")])
             typer.echo(f"\n# SLURM: {plain(submit, keep_layout=False)}\n" + plain(plan.sbatch_script()))
-        typer.echo(f"\n# run folder: {plain(run.path, keep_layout=False)} (follow: {self_command()} status "
-                   f"{plain(run.run_id, keep_layout=False)} --follow)")
+        follow = run_command("status", run.run_id, runs_dir, "--follow")
+        typer.echo(f"\n# run folder: {plain(run.path, keep_layout=False)} (follow: {plain(follow, keep_layout=False)})")
         return
-    _start_here(run, resolved.stage, plan.nproc_per_node, detach)
+    _start_here(run, resolved.stage, plan.nproc_per_node, detach, runs_dir)
 
 
-def _save_gpu_choice(gpus: str, run_dir: Path) -> None:
-    from engine.devices import detect_devices, make_choice, save_choice
+def _gpu_choice(gpus: str):
+    from engine.devices import detect_devices, make_choice
     from engine.errors import DeviceError
 
     try:
         indices = [int(part) for part in gpus.split(",") if part.strip()]
     except ValueError:
         raise DeviceError(f"--gpus {gpus!r}: give GPU indices separated by commas, e.g. 0,1.") from None
-    save_choice(make_choice(detect_devices(), indices), run_dir)
+    return make_choice(detect_devices(), indices)
 
 
-def _start_here(run, stage: str, nproc: int, detach: bool) -> None:
+def _start_here(run, stage: str, nproc: int, detach: bool, runs_dir: Optional[Path]) -> None:
     from engine.api import RunHandle, launch_detached, wait_and_record
 
     process = launch_detached(run, stage, nproc_per_node=nproc)
     typer.echo(f"started run {plain(run.run_id)}: {nproc} process(es), launcher pid {process.pid}")
     typer.echo(f"  folder: {plain(run.path)}   log: {plain(run.log_path)}")
     if detach:
-        typer.echo(f"  follow: {self_command()} status {plain(run.run_id)} --follow")
+        typer.echo(f"  follow: {plain(run_command('status', run.run_id, runs_dir, '--follow'))}")
         return
     last_step = None
     while process.poll() is None:

@@ -19,10 +19,9 @@ def lookup_name(run_id: str) -> str:
     """A run id (or a unique prefix) to look up; a path to an existing run folder is accepted as it is."""
     from engine.names import check_name
 
-    folder = Path(run_id)
-    if folder.is_dir() and ((folder / "status.json").is_file() or (folder / "state.json").is_file()):
-        return run_id
-    return check_name("run id", run_id)
+    from engine.rundir import is_run_folder
+
+    return run_id if is_run_folder(Path(run_id)) else check_name("run id", run_id)
 
 
 def _number(value) -> str:
@@ -31,7 +30,10 @@ def _number(value) -> str:
 
 
 def _fmt_time(value) -> str:
-    return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
+    try:
+        return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
+    except (TypeError, ValueError, OverflowError, OSError):  # not a time any clock shows
+        return "-"
 
 
 def run_document(row: dict, runs_dir: Optional[Path]) -> dict:
@@ -169,7 +171,8 @@ def _follow_text(run, follow: bool):
 
 
 @fail_on_engine_error
-def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+def stop(run_id: str = typer.Argument(..., help="Run id (the whole id: no prefix)."),
+         runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
          force: bool = typer.Option(False, "--force", help="Also send SIGTERM to the training's processes (after "
                                     "checking they are that run's, not a reused pid).")) -> None:
     """Stop a running training at the end of its current step; it saves a checkpoint first and can be resumed."""
@@ -181,13 +184,17 @@ def stop(run_id: str = typer.Argument(..., help="Run id."), runs_dir: Optional[P
 
 
 @fail_on_engine_error
-def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or stopped run."),
+def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or stopped run (the whole id)."),
                  runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
-                 detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default).")
-                 ) -> None:
+                 detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default)."),
+                 checkpoint: Optional[str] = typer.Option(
+                     None, "--checkpoint", metavar="N",
+                     help="Continue from checkpoint-N of the run's output_dir instead of the newest (e.g. when the "
+                          "newest is damaged).")) -> None:
     """Continue a failed or stopped run from its newest complete checkpoint."""
     import engine
-    from assistant.command import self_command
+    from assistant.command import run_command
 
-    handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=detach)
-    typer.echo(f"resumed {plain(handle.run_id)}; follow with: {self_command()} status {plain(handle.run_id)} --follow")
+    handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=detach, checkpoint=checkpoint)
+    typer.echo(f"resumed {plain(handle.run_id)}; follow with: "
+               f"{plain(run_command('status', handle.run_id, runs_dir, '--follow'))}")

@@ -49,13 +49,14 @@ def train(
     if json_out and (check or problems):
         _emit_check(config, cfg, skipped, problems)
         raise typer.Exit(2 if problems else 0)
-    if skipped:
-        console.print(f"[dim]accepted but not used here: {safe(', '.join(skipped))}[/]")
-    if problems:
+    if problems:  # (the keys accepted but not used are listed once the config can run)
         console.print(f"[bold red]{safe(config)}: {len(problems)} problem(s)[/]")
         for problem in problems:
-            console.print(f"  [red]-[/] {safe(problem)}", markup=True, soft_wrap=True)
+            lines = safe(problem, keep_layout=True).replace("\n", "\n    ")
+            console.print(f"  [red]-[/] {lines}", markup=True, soft_wrap=True)
         raise typer.Exit(2)
+    if skipped:
+        console.print(f"[dim]accepted but not used here: {safe(', '.join(skipped))}[/]")
     for warning in config_warnings(cfg):
         console.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     if check:
@@ -188,7 +189,7 @@ def _pin_gpus(cfg, gpus: str, runs_dir, run_id) -> Path:
 
 def _train_detached(cfg, console, *, detach: bool, json_out: bool, runs_dir, run_id, run_dir) -> None:
     import engine
-    from assistant.command import self_command
+    from assistant.command import run_command
 
     handle = engine.train(cfg, detach=True, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir,
                           nproc_per_node=cfg.nproc_per_node)
@@ -208,7 +209,7 @@ def _train_detached(cfg, console, *, detach: bool, json_out: bool, runs_dir, run
         return
     console.print(f"started run [bold]{safe(handle.run_id)}[/] (pid {handle.process.pid})")
     console.print(f"  folder: {safe(handle.path)}")
-    console.print(f"  follow: {self_command()} status {plain(handle.run_id)} --follow", markup=False)
+    console.print(f"  follow: {plain(run_command('status', handle.run_id, runs_dir, '--follow'))}", markup=False)
 
 
 def _emit_status(handle) -> None:

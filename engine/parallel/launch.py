@@ -23,6 +23,7 @@ from pathlib import Path
 
 from engine.data.text import escape_control
 from engine.errors import ConfigError
+from engine.runstatus import STAGES
 
 DEFAULT_PORT = 29500
 HEAD_PLACEHOLDER = "HEAD_NODE_ADDRESS"
@@ -153,6 +154,8 @@ def plan_launch(run_dir: str | Path, stage: str = "sft", *, nproc_per_node: int 
     """The plan for a prepared run folder: its GPU choice (device.json) and config decide the process count."""
     from engine.devices import check_process_count, load_choice
 
+    if stage not in STAGES:  # it names the module to run and the config file: a stage, nothing else
+        raise ConfigError(f"stage {stage!r} is not a training stage; valid stages: {', '.join(STAGES)}.")
     run_dir = Path(run_dir)
     choice = load_choice(run_dir)
     gpus = choice is not None and choice.platform != "cpu"

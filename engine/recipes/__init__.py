@@ -8,14 +8,9 @@ import importlib
 from types import ModuleType
 
 from engine.errors import ConfigError
+from engine.runstatus import STAGES
 
-RECIPES: dict[str, str] = {
-    "sft": "engine.recipes.sft",
-    "pt": "engine.recipes.pt",
-    "rm": "engine.recipes.rm",
-    "dpo": "engine.recipes.dpo",
-    "kto": "engine.recipes.kto",
-}
+RECIPES: dict[str, str] = {stage: f"engine.recipes.{stage}" for stage in STAGES}
 
 
 def recipe_module_name(stage: str) -> str:

@@ -60,14 +60,25 @@ def safe_load(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise EngineError(f"{path} holds objects that can only be loaded by running code from the file ({first}). "
-                          "lf-assistant does not load such checkpoints: resume from one it wrote, or start a new "
-                          "run from the checkpoint's weights (adapter_name_or_path / model_name_or_path).") from None
+        # torch's message goes on to suggest weights_only=False, i.e. running the file's code: only the line that
+        # names what the file wanted to run is quoted
+        named = [line.strip() for line in str(exc).splitlines() if "Unsupported global" in line][:1]
+        what = f" ({named[0][:200]})" if named else ""
+        raise EngineError(f"{path} holds objects that can only be loaded by running code from the file{what}. "
+                          "lf-assistant does not load such checkpoints: " + _EARLIER + ", or start a new run from "
+                          "the checkpoint's weights (adapter_name_or_path / model_name_or_path).") from None
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise EngineError(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is "
-                          "damaged. Resume from an earlier checkpoint (resume_from_checkpoint: checkpoint-N).") \
-            from None
+        raise _damaged(path, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+_EARLIER = "resume from an earlier complete checkpoint (`lf-assistant resume-train RUN_ID --checkpoint N`)"
+
+
+def _damaged(path: Path, why: str) -> EngineError:
+    kept = ", ".join(p.name for p in find_complete_checkpoints(Path(path).parent.parent))
+    return EngineError(f"{path} cannot be used ({why}): the checkpoint is damaged or was not written by "
+                       f"lf-assistant. {_EARLIER[0].upper()}{_EARLIER[1:]}" + (f"; complete ones: {kept}." if kept
+                                                                              else "."))
 
 
 def sweep_partial(output_dir: Path) -> None:
@@ -111,17 +122,23 @@ def save_checkpoint(output_dir: Path, step: int, *, save_model, optimizer, sched
 
 def load_training_state(folder: Path, optimizer, scheduler) -> dict:
     """Restore optimizer, scheduler and RNG; return trainer_state.json (step, epoch, position)."""
+    state_file = folder / "trainer_state.json"
     try:
-        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+        state = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise EngineError(f"{folder}/trainer_state.json cannot be read ({exc}); the checkpoint is damaged.") from None
-    if not isinstance(state, dict) or not all(isinstance(state.get(k), int) for k in ("step", "epoch", "group")):
-        raise EngineError(f"{folder}/trainer_state.json lacks the step, epoch and data position: the checkpoint is "
-                          "damaged or was not written by lf-assistant.")
+        raise _damaged(state_file, str(exc)[:200]) from None
+    counts = [state.get(k) for k in ("step", "epoch", "group")] if isinstance(state, dict) else []
+    if len(counts) != 3 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) \
+            or counts[0] < 1:
+        raise _damaged(state_file, "no step (at least 1), epoch and data position as counts")
     if not (folder / "optimizer.pt").exists():
         raise ConfigError(f"{folder} was saved with save_only_model: true and has no optimizer state; it cannot be "
                           "resumed exactly. Start a new run from its weights instead (adapter_name_or_path).")
-    optimizer.load_state_dict(safe_load(folder / "optimizer.pt"))
-    scheduler.load_state_dict(safe_load(folder / "scheduler.pt"))
-    set_rng_state(safe_load(folder / "rng_state.pt"))
+    for name, load in (("optimizer.pt", optimizer.load_state_dict), ("scheduler.pt", scheduler.load_state_dict),
+                       ("rng_state.pt", set_rng_state)):
+        try:
+            load(safe_load(folder / name))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+            # well-formed tensors and numbers, but not the state this run's optimizer, schedule or RNGs have
+            raise _damaged(folder / name, f"{type(exc).__name__}: {str(exc)[:200]}") from None
     return state

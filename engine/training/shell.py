@@ -20,6 +20,7 @@ import torch
 from engine.config import TrainConfig, validate
 from engine.data.tokenized import TokenizedDataSaved
 from engine.errors import ConfigError, EngineError
+from engine.ownership import claim_output_dir, record_outputs, recording_outputs
 from engine.parallel import setup_strategy
 from engine.runstatus import RunState, RunStatus
 from engine.rundir import RunDir
@@ -69,9 +70,11 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         logger.info(str(saved))
         return finish(run, logger, RunState.COMPLETED, 0, str(saved))
     output_dir = Path(config.output_dir)
-    if strategy.is_main:
-        output_dir.mkdir(parents=True, exist_ok=True)
+    if strategy.is_main:  # the model and data have loaded: now an earlier run's results may go (overwrite)
+        claim_output_dir(output_dir, run.run_id, overwrite=config.overwrite_output_dir,
+                         resume=bool(config.resume_from_checkpoint))
         ckpt.sweep_partial(output_dir)
+    strategy.barrier()
     save = task.save or (lambda folder: session.method.save(task.model, folder))
     resume_from = ckpt.resolve_resume(config.resume_from_checkpoint, output_dir)
     if resume_from:
@@ -95,7 +98,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     elif config.resume_from_checkpoint:
         logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
     if strategy.is_main:
-        _note(logger, session.method.begin(task.model, config, output_dir, resumed=bool(resume_from)))
+        with recording_outputs(output_dir, run.run_id):
+            _note(logger, session.method.begin(task.model, config, output_dir, resumed=bool(resume_from)))
     logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps,
                   output_dir=str(output_dir), template=session.template.name, base_model=session.model_path,
                   device=str(session.device), parallel=strategy.name, world_size=strategy.world_size)
@@ -103,6 +107,8 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     def checkpoint(step: int, epoch: int, group: int) -> None:
         trainer_state = {"step": step, "epoch": epoch, "group": group, "total_steps": plan.total_steps,
                          "run_id": run.run_id}
+        if strategy.is_main:  # named before it is written: a folder of it is this run's even if the write dies
+            record_outputs(output_dir, run.run_id, [f"checkpoint-{step}"])
         folder = strategy.save_checkpoint(
             lambda save_fn, optimizer_state: ckpt.save_checkpoint(
                 output_dir, step, save_model=save_fn, optimizer=optimizer_state, scheduler=scheduler,
@@ -155,19 +161,20 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         return finish(run, logger, RunState.STOPPED, step, f"stopped by request ({stop.reason}) at step {step}")
 
     # 5. The result: the trained weights, the tokenizer with its template, what produced them, the loss plot.
-    try:
-        strategy.save_model(save, output_dir)
-    except OSError as exc:
-        raise EngineError(f"Training finished but the result could not be written to {output_dir}: "
-                          f"{exc.strerror or exc}. The newest complete checkpoint there is intact; free space or "
-                          "fix permissions, then `lf-assistant resume-train`.") from None
-    closing = task.closing(output_dir, stepper) if task.closing else {}  # every rank: it may run the model
-    if not strategy.is_main:
-        return RunStatus(state=RunState.COMPLETED, step=step)
-    metrics = write_run_outputs(output_dir, tokenizer=session.tokenizer, template=session.template, config=config,
-                                model_path=session.model_path, run=run, stage=config.stage)
-    final = {**_final_metrics(metrics, task), **closing}
-    _note(logger, session.method.end(task.model, config, output_dir))
+    with recording_outputs(output_dir, run.run_id, enabled=strategy.is_main):
+        try:
+            strategy.save_model(save, output_dir)
+        except OSError as exc:
+            raise EngineError(f"Training finished but the result could not be written to {output_dir}: "
+                              f"{exc.strerror or exc}. The newest complete checkpoint there is intact; free space "
+                              "or fix permissions, then `lf-assistant resume-train`.") from None
+        closing = task.closing(output_dir, stepper) if task.closing else {}  # every rank: it may run the model
+        if not strategy.is_main:
+            return RunStatus(state=RunState.COMPLETED, step=step)
+        metrics = write_run_outputs(output_dir, tokenizer=session.tokenizer, template=session.template,
+                                    config=config, model_path=session.model_path, run=run, stage=config.stage)
+        final = {**_final_metrics(metrics, task), **closing}
+        _note(logger, session.method.end(task.model, config, output_dir))
     losses = [m["loss"] for m in metrics if m.get("loss") is not None]
     logger.event("completed", step=step, output_dir=str(output_dir))
     figures = "".join(f", {key} {value:.4f}" for key, value in final.items())

@@ -97,6 +97,53 @@ def test_folders_that_are_not_ours_are_never_written_or_cleared(demo_model_dir, 
     assert problems and (demo_model_dir / "model.safetensors").stat().st_mtime_ns == before
 
 
+def test_overwrite_removes_only_what_the_earlier_run_wrote(demo_model_dir, tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    engine.train(config(demo_model_dir, out, max_steps=2), runs_dir=runs, run_id="first")
+    written = sorted(p.name for p in out.iterdir())
+    assert "checkpoint-2" in written and "adapter_model.safetensors" in written
+    (out / "my_notes.txt").write_text("keep me")
+    (out / "my_eval").mkdir()
+    again = config(demo_model_dir, out, max_steps=2, overwrite_output_dir=True)
+    problems = engine.validate(again)  # train --check sees it, before anything loads
+    assert any("did not write (my_eval, my_notes.txt)" in p for p in problems), problems
+    with pytest.raises(EngineError, match="my_eval, my_notes.txt"):
+        engine.train(again, runs_dir=runs, run_id="second")
+    assert sorted(p.name for p in out.iterdir()) == sorted(written + ["my_eval", "my_notes.txt"])
+    # Moved out, the overwrite goes ahead: everything first wrote is replaced by the second run's results.
+    (out / "my_notes.txt").unlink()
+    (out / "my_eval").rmdir()
+    before = (out / "adapter_model.safetensors").stat().st_mtime_ns
+    assert engine.train(again, runs_dir=runs, run_id="second").status().state == "completed"
+    assert (out / "adapter_model.safetensors").stat().st_mtime_ns != before
+    assert json.loads((out / ".lfa-output.json").read_text())["run_id"] == "second"
+
+
+def test_a_start_that_never_trains_leaves_the_earlier_results(demo_model_dir, tmp_path, monkeypatch):
+    """overwrite_output_dir clears an earlier run's results only when training starts: a start that is only
+    prepared for another machine (launch --print), refused, or fails while loading changes nothing."""
+    from engine.api import prepare_run
+    from engine.training.session import Session
+
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    engine.train(config(demo_model_dir, out, max_steps=2), runs_dir=runs, run_id="first")
+    written = sorted(p.name for p in out.iterdir())
+    # launch --print prepares a run folder and starts nothing
+    prepare_run(config(demo_model_dir, out, overwrite_output_dir=True), runs_dir=runs, run_id="printed")
+    with pytest.raises(EngineError, match="learning_rate"):
+        engine.train(config(demo_model_dir, out, overwrite_output_dir=True, learning_rate=-1), runs_dir=runs)
+
+    def fails_to_load(*args, **kwargs):
+        raise EngineError("the model could not be loaded")
+
+    monkeypatch.setattr(Session, "open", fails_to_load)
+    with pytest.raises(EngineError, match="could not be loaded"):
+        engine.train(config(demo_model_dir, out, overwrite_output_dir=True), runs_dir=runs, run_id="bad")
+    assert sorted(p.name for p in out.iterdir()) == written
+    assert json.loads((out / ".lfa-output.json").read_text())["run_id"] == "first"
+    assert [p.name for p in find_complete_checkpoints(out)] == ["checkpoint-2"]
+
+
 def test_run_ids_are_names_not_paths(demo_model_dir, tmp_path):
     for bad in ("../../x", "", "a/b", ".hidden", "x" * 101, "$(touch y)"):
         with pytest.raises(EngineError, match="run id"):
@@ -162,6 +209,42 @@ def test_a_checkpoint_that_would_run_code_is_refused(demo_model_dir, tmp_path, m
     assert not marker.exists()
 
 
+def test_a_damaged_checkpoint_is_named_and_an_earlier_one_resumes(demo_model_dir, tmp_path):
+    import torch
+
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    handle = engine.train(config(demo_model_dir, out, max_steps=6), runs_dir=runs, run_id="pk")
+    handle.run.update_status(state="failed")  # as a run killed after its checkpoint-6 would read
+    newest = out / "checkpoint-6"
+    good = (newest / "rng_state.pt").read_bytes()
+    for name, wrong in (("rng_state.pt", {"a": 1}), ("optimizer.pt", {"state": {}, "param_groups": []}),
+                        ("scheduler.pt", [1, 2])):
+        saved = (newest / name).read_bytes()
+        torch.save(wrong, newest / name)  # well-formed tensors and numbers, not this run's state
+        with pytest.raises(EngineError, match=f"{name} cannot be used .* complete ones: checkpoint-2, checkpoint-4"):
+            engine.resume("pk", runs_dir=runs, detach=False)
+        (newest / name).write_bytes(saved)
+    (newest / "trainer_state.json").write_text(json.dumps({"step": -5, "epoch": 0, "group": 99}))
+    with pytest.raises(EngineError, match="trainer_state.json cannot be used"):
+        engine.resume("pk", runs_dir=runs, detach=False)
+    assert (newest / "rng_state.pt").read_bytes() == good
+    for outside in ("../x", str(newest), "checkpoint-5"):  # only a complete checkpoint of this output_dir
+        with pytest.raises(EngineError, match="not a complete checkpoint"):
+            engine.resume("pk", runs_dir=runs, detach=False, checkpoint=outside)
+    resumed = engine.resume("pk", runs_dir=runs, detach=False, checkpoint="4")
+    assert resumed.status().state == "completed" and resumed.status().step == 6
+    events = [e for e in handle.run.read_events() if e.get("event") == "resumed"]
+    assert events and events[-1]["checkpoint"].endswith("checkpoint-4")
+
+
+def test_a_run_that_was_only_prepared_is_not_resumed(demo_model_dir, tmp_path):
+    from engine.api import prepare_run
+
+    prepare_run(config(demo_model_dir, tmp_path / "out"), runs_dir=tmp_path / "runs", run_id="printed")
+    with pytest.raises(EngineError, match="prepared but never started"):
+        engine.resume("printed", runs_dir=tmp_path / "runs", detach=False)
+
+
 def test_a_diverging_run_fails_loudly_and_saves_nothing(demo_model_dir, tmp_path, monkeypatch):
     """From step 3 on the loss turns NaN (what an exploding run does): the run fails, naming the step, the weights
     never take a non-finite update, and no result is written."""
@@ -214,6 +297,12 @@ def test_stop_asks_through_the_run_folder_and_never_signals_a_stranger(demo_mode
             with pytest.raises(EngineError, match="not running"):
                 engine.stop("long", runs_dir=tmp_path / "runs", force=True)
             assert stranger.poll() is None
+            # Its true start time too (anyone can read that): still not the trainer, which holds the run's lock.
+            handle.run.update_status(process=ProcessIdentity.of(stranger.pid))
+            assert handle.status().state == "running"
+            with pytest.raises(EngineError, match="does not hold the run folder's lock"):
+                engine.stop("long", runs_dir=tmp_path / "runs", force=True)
+            assert stranger.poll() is None
             handle.run.update_status(process=real)
         finally:
             os.kill(real.pid, signal.SIGCONT)
@@ -223,3 +312,12 @@ def test_stop_asks_through_the_run_folder_and_never_signals_a_stranger(demo_mode
         assert not handle.run.stop_request_path.exists()
     finally:
         stranger.kill()
+
+
+def test_force_stop_signals_the_verified_trainer(demo_model_dir, tmp_path):
+    handle = engine.train(config(demo_model_dir, tmp_path / "out", max_steps=400, save_steps=1000), detach=True,
+                          runs_dir=tmp_path / "runs", run_id="forced")
+    assert wait_for(lambda: handle.status().state == "running" and handle.status().step >= 1)
+    engine.stop("forced", runs_dir=tmp_path / "runs", force=True)
+    assert handle.process.wait(timeout=120) is not None
+    assert handle.status().state in ("stopped", "failed") and handle.status().step < 400

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from engine.rundir import CHECKPOINT_MARKER, RunDir, find_complete_checkpoints, new_run_id, read_jsonl
 from engine.runstatus import ProcessIdentity, RunState, RunStatus
@@ -95,3 +96,43 @@ def test_only_marked_checkpoints_count(tmp_path):
         if complete:
             (folder / CHECKPOINT_MARKER).write_text(str(step))
     assert [p.name for p in find_complete_checkpoints(tmp_path)] == ["checkpoint-5", "checkpoint-10"]
+
+
+def test_a_status_file_cannot_name_a_path_or_an_impossible_time(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    run.status_path.write_text(json.dumps({"state": "failed", "stage": "../../victim", "started_at": -99999999999,
+                                           "finished_at": 1e300, "elapsed_s": -5.0, "step": -3, "loss": 2.5}))
+    status = run.read_status()
+    assert status.stage == "sft" and run.config_path == run.path / "sft.yaml"  # never ../../victim.yaml
+    assert status.started_at is None and status.finished_at is None and status.elapsed_s is None
+    assert status.step == 0 and status.loss == 2.5
+    run.status_path.write_text(json.dumps({"state": "failed", "stage": "kto"}))
+    assert run.read_status().stage == "kto"
+
+
+def test_a_half_written_multibyte_character_or_a_foreign_line_is_skipped(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"step": 1}\n[1, 2]\n"text"\n{"step": 2, "note": "caf\xc3')
+    assert read_jsonl(path) == [{"step": 1}]
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    run.status_path.write_text(json.dumps({"state": "failed"}))
+    path.replace(run.metrics_path)
+    assert run.summary()["final_loss"] is None  # the listing still reads the run
+
+
+def test_acting_on_a_run_takes_its_whole_id(tmp_path):
+    from engine.errors import EngineError
+    from engine.rundir import find_run
+
+    for run_id in ("base1", "other"):
+        run = RunDir(tmp_path / run_id)
+        run.path.mkdir()
+        run.status_path.write_text(json.dumps({"state": "failed"}))
+    assert find_run("ba", tmp_path).run_id == "base1"  # reading (status) may abbreviate
+    with pytest.raises(EngineError, match="base1 start.* whole id"):
+        find_run("ba", tmp_path, prefix=False)
+    assert find_run("base1", tmp_path, prefix=False).run_id == "base1"
+    with pytest.raises(EngineError, match="No run"):
+        find_run("x" * 300, tmp_path)  # a name too long for the file system is no run, not an OSError
