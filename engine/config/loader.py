@@ -172,7 +172,17 @@ def coerce(f: dataclasses.Field, hint: Any, value: Any) -> Any:
         if converted is not None:
             return converted
     expected = " or ".join(getattr(k, "__name__", str(k)) for k in kinds)
+    share = _STEP_SHARES.get(f.name) if isinstance(value, float) and 0 < value < 1 else None
+    if share:  # Transformers reads a float below 1 here as a share of the total steps
+        raise ConfigError(f"{f.name}: {short_repr(value)} is a share of the total steps (Transformers' reading), "
+                          f"which lf-assistant does not take here: {share}.")
     raise ConfigError(f"{f.name}: expected {expected}, got {short_repr(value)}.")
+
+
+_STEP_SHARES = {
+    "warmup_steps": "give warmup_ratio instead (e.g. warmup_ratio: 0.1) or a step count",
+    **{key: "give a step count (e.g. 10)" for key in ("logging_steps", "save_steps", "eval_steps")},
+}
 
 
 def _convert(kind: type, value: Any) -> Any:

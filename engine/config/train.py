@@ -132,7 +132,7 @@ class TrainConfig:
         section="dataset")
     eval_dataset: str | None = opt(None, "Datasets used only for evaluation.", section="dataset")
     cutoff_len: int = opt(2048, "Maximum tokens per sample; longer samples are cut.", section="dataset",
-                          ge=1, le=1 << 20)
+                          ge=2, le=1 << 20)
     max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset",
                                   ge=1, le=BIG)
     mix_strategy: str = opt(

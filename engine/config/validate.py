@@ -11,11 +11,12 @@ import math
 from pathlib import Path
 
 from engine.config.fields import field_problems
+from engine.config.kernel_choice import parse_kernel_config
 from engine.config.model_check import local_config, lora_rank_warning, lora_target_problems
 from engine.readers import clip, short_repr
 from engine.config.train import TrainConfig
 from engine.data.kinds import stage_data_problem
-from engine.errors import EngineError
+from engine.errors import ConfigError, EngineError
 
 
 
@@ -36,6 +37,13 @@ def _relation_problems(c: TrainConfig) -> list[str]:
     if c.finetuning_type == "freeze" and c.freeze_trainable_layers == 0:
         problems.append("freeze_trainable_layers is 0: no layer would train. Use N > 0 (the last N layers) or "
                         "N < 0 (the first N).")
+    if c.stage != "sft" and (c.train_on_prompt or c.mask_history):
+        problems.append(f"train_on_prompt and mask_history choose which parts of a conversation SFT trains on; "
+                        f"stage {c.stage} does not read them (LLaMA-Factory refuses them too). Remove them.")
+    try:
+        parse_kernel_config(c.kernel_config)
+    except ConfigError as exc:
+        problems.append(str(exc))
     if c.stage == "dpo" and c.pref_loss != "sigmoid" and c.dpo_label_smoothing > 0:
         problems.append(f"dpo_label_smoothing only applies to pref_loss: sigmoid (pref_loss is {c.pref_loss}); "
                         "set it to 0.")
@@ -173,6 +181,12 @@ def _model_problems(c: TrainConfig) -> list[str]:
         elif looks_local and not (path / "config.json").is_file():
             problems.append(f"model_name_or_path {clip(model, 200)} has no config.json: it is not a model folder "
                             "(or its download is incomplete).")
+        elif looks_local:
+            from engine.models.loading import remote_code_problem
+
+            problem = remote_code_problem(path, trust_remote_code=c.trust_remote_code)
+            if problem:
+                problems.append(problem)
         elif not looks_local:
             from engine.models.offline import hub_id_problem
 
@@ -246,6 +260,7 @@ def warnings(config: TrainConfig) -> list[str]:
     from engine.config.method_check import method_warnings
 
     out += method_warnings(config)
+    out += _continued_adapter_warnings(config)
     if config.lr_scheduler_type == "constant" and (config.warmup_steps > 0 or config.warmup_ratio > 0):
         out.append("lr_scheduler_type: constant ignores warmup (as in Transformers); use constant_with_warmup to "
                    "warm up first.")
@@ -253,6 +268,26 @@ def warnings(config: TrainConfig) -> list[str]:
         out.append(f"learning_rate {config.learning_rate:g} is unusually high for fine-tuning (1e-5 to 5e-4 is usual); "
                    "the loss may diverge.")
     return out
+
+
+def _continued_adapter_warnings(config: TrainConfig) -> list[str]:
+    """A LoRA adapter that training continues (the last of adapter_name_or_path) keeps its own rank, alpha and
+    dropout, as in LLaMA-Factory: say so when the config asks for others, rather than ignore them silently."""
+    from engine.jsonio import read_json_dict
+
+    adapters = [name.strip() for name in (config.adapter_name_or_path or "").split(",") if name.strip()]
+    if config.finetuning_type not in ("lora", "qlora") or not adapters or config.create_new_adapter:
+        return []
+    saved = read_json_dict(Path(adapters[-1]).expanduser() / "adapter_config.json")
+    asked = {"lora_rank": (config.lora_rank, saved.get("r")), "lora_alpha": (config.lora_alpha_value, saved.get(
+        "lora_alpha")), "lora_dropout": (config.lora_dropout, saved.get("lora_dropout"))}
+    differ = [f"{key} {mine} (the adapter's is {theirs})" for key, (mine, theirs) in asked.items()
+              if isinstance(theirs, (int, float)) and not isinstance(theirs, bool) and theirs != mine]
+    if not differ:
+        return []
+    return [f"adapter_name_or_path {clip(adapters[-1], 200)} is continued with its own settings, so "
+            f"{'; '.join(differ)} {'is' if len(differ) == 1 else 'are'} not used. Set create_new_adapter: true to "
+            "merge it into the base and train a new adapter with these settings."]
 
 
 def check_notes(config: TrainConfig) -> list[str]:

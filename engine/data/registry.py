@@ -155,6 +155,11 @@ def _string_map(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, s
 
 def find_dataset_dir(dataset_dir: str | Path, *, config_dir: Path | None = None) -> Path:
     """The folder holding dataset_info.json. Relative paths: the config's folder first, then the working dir."""
+    if str(dataset_dir) == "ONLINE" or str(dataset_dir).startswith("REMOTE:"):
+        raise DataError(f"dataset_dir {short_repr(str(dataset_dir), 200)} is LLaMA-Factory's way to read datasets "
+                        "straight from a hub without a dataset_info.json (ONLINE) or with one kept on a hub "
+                        "(REMOTE:repo), which lf-assistant does not do. Register the hub dataset in a local "
+                        "dataset_info.json with hf_hub_url (or ms_hub_url) and set dataset_dir to its folder.")
     raw = Path(os.path.expanduser(str(dataset_dir)))
     if raw.is_absolute():
         candidates = [raw]

@@ -16,11 +16,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import nn
 
+from engine.config.kernel_choice import KERNEL_NAMES, parse_kernel_config  # noqa: F401 - re-exported
 from engine.errors import ConfigError
 from engine.kernels import module_patches as mp
 from engine.kernels.ops.cross_entropy import causal_lm_loss
@@ -32,12 +32,9 @@ from engine.kernels.runtime import (
     Backend, BackendChoice, device_type, interpreter_enabled, require_triton, triton_problem, triton_runs_on,
 )
 
-KERNEL_NAMES: tuple[str, ...] = ("rms_norm", "swiglu", "rope", "gated_delta_rule", "cross_entropy",
-                                 "fused_linear_ce")
 MODULE_KERNELS: frozenset[str] = frozenset({"rms_norm", "swiglu", "rope", "gated_delta_rule"})
 # kernels whose torch path is worth running without Triton (memory on CPU, packed sequences without `fla`)
 TORCH_PATH_KERNELS: frozenset[str] = frozenset({"fused_linear_ce", "gated_delta_rule"})
-KernelSelection = list[str] | Literal["auto", "none"]
 
 
 @dataclass
@@ -59,34 +56,6 @@ class KernelPlan:
         """The chunked (torch) or fused (Triton) linear cross-entropy this plan chose; labels already shifted."""
         return linear_cross_entropy(hidden, weight, labels, backend=self.backends.get("fused_linear_ce", "torch"),
                                     bias=bias, chunk_size=chunk_size, ignore_index=ignore_index, reduction=reduction)
-
-
-def parse_kernel_config(value: str | dict | list | bool | None) -> KernelSelection:
-    """'auto', 'none', or the list of kernel names; ConfigError naming the valid values otherwise."""
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"name"})
-        if unknown:
-            raise ConfigError(f"kernel_config has unknown keys {unknown}; the only key is 'name' "
-                              f"(auto, none, or a comma-separated list of {', '.join(KERNEL_NAMES)})")
-        value = value.get("name")
-    if value is None or value is False:
-        return "none"
-    if value is True:
-        return "auto"
-    names = value.split(",") if isinstance(value, str) else list(value)
-    names = [str(name).strip().lower() for name in names if str(name).strip()]
-    if names in ([], ["none"]):
-        return "none"
-    if names == ["auto"]:
-        return "auto"
-    if "auto" in names or "none" in names:
-        raise ConfigError(f"kernel_config name {value!r} mixes auto/none with kernel names; use auto, none, or "
-                          f"a comma-separated list of: {', '.join(KERNEL_NAMES)}")
-    unknown = [name for name in names if name not in KERNEL_NAMES]
-    if unknown:
-        raise ConfigError(f"kernel_config name {', '.join(unknown)} is not a kernel; use auto, none, or a "
-                          f"comma-separated list of: {', '.join(KERNEL_NAMES)}")
-    return [name for name in KERNEL_NAMES if name in names]
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

@@ -111,13 +111,9 @@ def check_model_folder(
         require_intact_safetensors(weight_paths(folder), "The model")
     from engine.models.remote_code import remote_code_files
 
-    reason = custom_code_reason(folder)
-    if reason and not trust_remote_code:
-        raise ModelError(
-            f"{folder} ships its own Python code ({reason}: {remote_code_files(folder).describe()}), and running "
-            "it needs your consent. If you trust its author, set `trust_remote_code: true` in the config; "
-            "otherwise pick a model transformers supports natively."
-        )
+    problem = remote_code_problem(folder, trust_remote_code=trust_remote_code)
+    if problem:
+        raise ModelError(problem)
     code = remote_code_files(folder) if trust_remote_code else None
     if code is None or not (code.files or code.elsewhere) or str(folder) in _ANNOUNCED_CODE:
         return
@@ -125,6 +121,18 @@ def check_model_folder(
     # Consent given: say which files run, in the run log (stderr lands there) and on the terminal.
     logging.getLogger("engine").warning("trust_remote_code: true runs Python code from %s: %s", folder,
                                         code.describe())
+
+
+def remote_code_problem(folder: Path, *, trust_remote_code: bool) -> str | None:
+    """Why `folder` may not load: it ships Python code of its own (naming the files) and consent was not given."""
+    from engine.models.remote_code import remote_code_files
+
+    reason = None if trust_remote_code else custom_code_reason(folder)
+    if not reason:
+        return None
+    return (f"{folder} ships its own Python code ({reason}: {remote_code_files(folder).describe()}), and running it "
+            "needs your consent. If you trust its author, set `trust_remote_code: true` in the config; otherwise "
+            "pick a model transformers supports natively.")
 
 
 def weight_paths(folder: Path) -> list[Path]:
@@ -187,6 +195,9 @@ def load_tokenizer(
         # Labels of padding are masked (-100) by the collator, so sharing the id with eos does not hide real eos.
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = padding_side
+    # Whole texts are tokenized before cutoff_len cuts them, so transformers' "longer than the specified maximum
+    # sequence length ... will result in indexing errors" would be false here: marked as said already.
+    getattr(tokenizer, "deprecation_warnings", {})["sequence-length-is-longer-than-the-specified-maximum"] = True
     return tokenizer
 
 

@@ -44,6 +44,12 @@ def test_missing_dataset_dir_names_every_place_looked_in(tmp_path, monkeypatch):
     assert str(tmp_path / "data") in message and "does not exist" in message
 
 
+@pytest.mark.parametrize("special", ["ONLINE", "REMOTE:llamafactory/demo_data"])
+def test_llamafactory_hub_dataset_dirs_are_refused_by_name(special):
+    with pytest.raises(DataError, match=f"dataset_dir '{special}' is LLaMA-Factory's way .* hf_hub_url"):
+        find_dataset_dir(special)
+
+
 def test_bad_json_reports_line_and_column(tmp_path):
     (tmp_path / "dataset_info.json").write_text('{\n  "a": {"file_name": "a.json"},\n}\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"line 3, column 1"):

@@ -50,3 +50,17 @@ def test_hub_ids_and_full_training_are_not_inspected():
     cfg = engine.load_config({"dataset": "identity", "dataset_dir": str(REPO / "data"),
                               "model_name_or_path": "Qwen/Qwen3-0.6B", "lora_target": "bogus"})
     assert not any("lora_target" in p for p in engine.validate(cfg))
+
+
+def test_a_continued_adapter_says_which_lora_settings_it_keeps(demo_model_dir, tmp_path):
+    import json
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "lora_dropout": 0.0}))
+    said = warnings(config(demo_model_dir, adapter_name_or_path=str(adapter), lora_rank=4))
+    assert any("lora_rank 4 (the adapter's is 8)" in w and "lora_alpha 8 (the adapter's is 16)" in w
+               and "create_new_adapter" in w for w in said), said
+    assert warnings(config(demo_model_dir, adapter_name_or_path=str(adapter), lora_rank=8)) == []
+    assert warnings(config(demo_model_dir, adapter_name_or_path=str(adapter), lora_rank=4,
+                           create_new_adapter=True)) == []  # a new adapter trains with lora_rank 4

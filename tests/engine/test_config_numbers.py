@@ -112,3 +112,14 @@ def test_cli_check_refuses_with_exit_2_and_no_traceback(tmp_path, line, expected
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert expected in " ".join(result.output.split()), result.output
+
+
+def test_a_share_of_the_steps_is_refused_with_what_to_give_instead():
+    import engine
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"warmup_steps: 0.1 is a share .* warmup_ratio"):
+        engine.load_config({"warmup_steps": 0.1})
+    with pytest.raises(ConfigError, match=r"save_steps: 0.5 is a share .* step count"):
+        engine.load_config({"save_steps": 0.5})
+    assert engine.load_config({"warmup_steps": 3.0}).warmup_steps == 3  # a whole float is a count

@@ -60,6 +60,15 @@ def test_consent_names_the_files_in_the_log_and_refusal_names_them_too(custom_fo
     assert not marker.exists()
 
 
+def test_train_check_asks_for_consent_before_anything_loads(custom_folder, tmp_path):
+    folder, marker = custom_folder
+    result = CliRunner().invoke(app, ["train", "examples/demo/tiny_lora_sft.yaml", f"model_name_or_path={folder}",
+                                      f"output_dir={tmp_path / 'out'}", "--check"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "needs your consent" in result.output and "configuration_acme.py, modeling_acme.py" in result.output
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
 def test_models_check_lists_the_code_files(custom_folder):
     folder, marker = custom_folder
     result = CliRunner().invoke(app, ["models", "check", str(folder)], env={"COLUMNS": "300"})
