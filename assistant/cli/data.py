@@ -24,8 +24,8 @@ ROWS_SHOWN = 50
 @fail_on_engine_error
 def check(
     file: Path = typer.Argument(..., help="A data file: json, jsonl, csv, parquet or arrow.", show_default=False),
-    file_format: Optional[str] = typer.Option(None, "--format", help="Read the file as alpaca or sharegpt "
-                                         "(default: detected; OpenAI messages count as sharegpt)."),
+    file_format: Optional[str] = typer.Option(None, "--format", help="Read the file as alpaca, sharegpt or text "
+                                         "(pre-training; default: detected; OpenAI messages count as sharegpt)."),
     fix: Optional[Path] = typer.Option(None, "--fix", metavar="OUT", help="Write a repaired copy to OUT (.json or "
                                        ".jsonl, a new file); the input is never changed."),
     fill: Optional[List[str]] = typer.Option(None, "--fill", metavar="NAME=VALUE", help="With --fix: replace "
@@ -36,15 +36,21 @@ def check(
     """List every problem of a dataset file with its row number; exit 1 when there are errors."""
     from rich.console import Console
 
-    from engine.data.check import check_file, convert_file
+    from engine.data.check import check_file, check_text_file, convert_file, looks_like_text
+    from engine.data.files import read_rows
 
     console = Console(highlight=False)
-    if file_format is not None and file_format not in ("alpaca", "sharegpt"):
-        raise typer.BadParameter(f"{file_format!r} is not a format; use alpaca or sharegpt.", param_hint="--format")
+    if file_format is not None and file_format not in ("alpaca", "sharegpt", "text"):
+        raise typer.BadParameter(f"{file_format!r} is not a format; use alpaca, sharegpt or text.",
+                                 param_hint="--format")
     values = _parse_fill(fill or [])
     if values and fix is None:
         raise typer.BadParameter("--fill writes the values into a copy, so it needs --fix OUT.", param_hint="--fill")
-    report = check_file(file, formatting=file_format)
+    text = file_format == "text" or (file_format is None and looks_like_text(file, read_rows(file).rows))
+    if text and fix is not None:
+        raise typer.BadParameter("--fix repairs conversations and pairs; pre-training text has nothing to convert.",
+                                 param_hint="--fix")
+    report = check_text_file(file) if text else check_file(file, formatting=file_format)
     fixed = convert_file(file, fix, formatting=file_format, placeholders=values or None) if fix else None
     if json_out:
         from assistant.cli.jsonout import emit
@@ -128,8 +134,8 @@ def preview(
     from rich.console import Console
 
     import engine
-    from engine.data.loader import load_examples
-    from engine.data.preview import preview_data
+    from engine.data.loader import load_examples, load_texts
+    from engine.data.preview import preview_data, preview_text
     from engine.config.paths import dataset_dir_of
     from engine.errors import ConfigError
     from engine.models.loading import load_tokenizer
@@ -140,12 +146,18 @@ def preview(
     if not cfg.dataset:
         raise ConfigError(f"{config} names no dataset: set dataset (e.g. dataset=identity).")
     dataset_dir = dataset_dir_of(cfg)
-    examples = load_examples(cfg.dataset, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage == "dpo")
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
     template = resolve_template(cfg, model_path, tokenizer)
-    result = preview_data(examples, tokenizer, template, cfg.cutoff_len, n=n, train_on_prompt=cfg.train_on_prompt,
-                          mask_history=cfg.mask_history)
+    if cfg.stage == "pt":  # raw text cut into rows, as the pre-training recipe reads it
+        texts = load_texts(cfg.dataset, dataset_dir, max_samples=cfg.max_samples)
+        result = preview_text(texts, tokenizer, template.name, cfg.cutoff_len, n=n, packing=cfg.packing_enabled,
+                              control_tokens_in_text=cfg.allow_special_tokens_in_text)
+    else:  # dpo and rm read chosen/rejected pairs; kto rows show whether their answer is marked desirable
+        examples = load_examples(cfg.dataset, dataset_dir, max_samples=cfg.max_samples,
+                                 ranking=cfg.stage in ("dpo", "rm"))
+        result = preview_data(examples, tokenizer, template, cfg.cutoff_len, n=n,
+                              train_on_prompt=cfg.train_on_prompt, mask_history=cfg.mask_history)
     if json_out:
         from assistant.cli.jsonout import document, emit
 

@@ -52,7 +52,7 @@ STATUS = _fields(
     ("loss", "number|null", "The latest logged training loss."),
     ("final_loss", "number|null", "The last loss, once the run completed."),
     ("final_metrics", "object", "A stage's own closing figures (DPO: rewards/accuracies, rewards/margins; RM: "
-     "accuracy, heldout_accuracy; KTO: rewards/margins, kl)."),
+     "accuracy, and heldout_accuracy, or train_pairs_accuracy without held-out pairs; KTO: rewards/margins, kl)."),
     ("elapsed_s", "number|null", "Seconds of training so far."),
     ("eta_s", "number|null", "Estimated seconds left."),
     ("pid", "integer|null", "The training process (torchrun for several processes); verified by start time and "

@@ -24,7 +24,7 @@ from engine.data.special_tokens import find_control_strings
 from engine.data.templates.registry import registry_control_tokens
 from engine.errors import DataError
 
-FileFormat = Literal["alpaca", "sharegpt", "openai", "unknown"]
+FileFormat = Literal["alpaca", "sharegpt", "openai", "text", "unknown"]
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 OPENAI_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
                "observation_tag": "tool", "system_tag": "system"}
@@ -200,6 +200,40 @@ def control_problems(read: RowsRead) -> list[Problem]:
     return [Problem(index + 1, field_path or None, f"{len(found)} row(s) hold control characters, first here: "
                     f"...{excerpt}... (shown escaped). Check that escape sequences belong in the training text.",
                     "warning", read.lines[index])]
+
+
+def looks_like_text(path: Path, rows: list[Any]) -> bool:
+    """Whether a file is pre-training text: a .txt file, or rows whose only field is a ``text`` string."""
+    if Path(path).suffix.lower() == ".txt":
+        return True
+    sample = [row for row in rows[:200] if isinstance(row, dict)]
+    return bool(sample) and sum(set(row) == {"text"} for row in sample) * 2 > len(sample)
+
+
+def check_text_file(path: Path) -> CheckReport:
+    """Every problem of a pre-training text file (stage pt): rows without a non-empty ``text`` string, and text
+    that spells control tokens; registered as LLaMA-Factory registers its c4_demo (the prompt column is text)."""
+    path = Path(path)
+    read = read_rows(path)
+    problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
+                for line, message in read.bad_lines]
+    problems += read_problems(read) + control_problems(read)
+    tokens = registry_control_tokens()
+    for index, row in enumerate(read.rows):
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            problems.append(Problem(index + 1, "text", "no text: a pre-training row needs a non-empty 'text' string.",
+                                    line=read.lines[index]))
+            continue
+        found = list(dict.fromkeys(find_control_strings(text, tokens)))
+        if found:
+            problems.append(Problem(index + 1, "text", f"the text spells control token(s) {', '.join(found[:5])}. "
+                                    "Pre-training encodes them as the plain text they spell; set "
+                                    "allow_special_tokens_in_text: true to make them real control tokens "
+                                    "(LLaMA-Factory's way).", "warning", read.lines[index]))
+    spec = DatasetSpec(name=path.stem, formatting="alpaca", columns={"prompt": "text"})
+    problems.sort(key=lambda p: (p.row is not None, p.row or 0))
+    return CheckReport(path, "text", len(read.rows) + len(read.bad_lines), problems, spec=spec)
 
 
 def _forced_format(formatting: str, detected: FileFormat, rows: list[Any]) -> FileFormat:

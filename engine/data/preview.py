@@ -53,7 +53,29 @@ def preview_data(examples: list[dict], tokenizer, template, cutoff_len: int, *, 
             total += len(sample[ids_key])
             longest = max(longest, len(sample[ids_key]))
             trained += sum(1 for label in sample[labels_key] if label != IGNORE_INDEX)
+    tagged = {example.get("source", "?"): example["kto_tag"] for example in examples if "kto_tag" in example}
+    kept_sources = [_with_tag(source, tagged.get(source)) for source in kept_sources]
     shown = [(source, describe_sample(sample, tokenizer)) for source, sample in zip(kept_sources, encoded[:n])]
     return DataPreview(template=template.name, rows=len(examples), samples=len(encoded), trained_tokens=trained,
                        total_tokens=total, longest=longest, truncated=encoded.truncated,
                        dropped=list(encoded.dropped), shown=shown)
+
+
+def _with_tag(source: str, desirable: bool | None) -> str:
+    """A KTO row's source with what its answer is marked as (the loss pushes it up or down)."""
+    return source if desirable is None else f"{source} ({'desirable' if desirable else 'undesirable'} answer)"
+
+
+def preview_text(texts: list[str], tokenizer, template_name: str, cutoff_len: int, *, n: int = 2,
+                 packing: bool = True, control_tokens_in_text: bool = False) -> DataPreview:
+    """Pre-training (stage pt): the rows the recipe trains on, every token trained, the first `n` decoded."""
+    from engine.data.pretrain import pretrain_eos, text_rows
+
+    rows = text_rows(texts, tokenizer, cutoff_len, packing=packing, eos=pretrain_eos(template_name, tokenizer),
+                     control_tokens_in_text=control_tokens_in_text)
+    total = sum(len(row) for row in rows)
+    cut = 0 if packing else sum(1 for row in rows if len(row) == cutoff_len)
+    shown = [(f"row {index + 1}", [(tokenizer.decode(row), True)]) for index, row in enumerate(rows[:n])]
+    return DataPreview(template=template_name, rows=len(texts), samples=len(rows), trained_tokens=total,
+                       total_tokens=total, longest=max((len(row) for row in rows), default=0), truncated=cut,
+                       shown=shown)

@@ -478,17 +478,27 @@ def _ms_transfer(repo_id: str, target: Path, repo_type: str = "model") -> None:
     snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4, repo_type=repo_type)
 
 
-def _explain(exc: BaseException, source: str, repo_id: str, target: Path) -> str:
+def _switch_hint(source: str, repo_type: str) -> str:
+    """How to try the other hub: a model download's --source; a dataset's entry decides (USE_MODELSCOPE_HUB picks
+    its ms_hub_url, as in LLaMA-Factory)."""
+    if repo_type != "dataset":
+        return f"--source {'modelscope' if source == 'hf' else 'hf'}"
+    if source == "hf":
+        return "set USE_MODELSCOPE_HUB=1 if its dataset_info.json entry also has an ms_hub_url"
+    return "unset USE_MODELSCOPE_HUB if its dataset_info.json entry also has an hf_hub_url"
+
+
+def _explain(exc: BaseException, source: str, repo_id: str, target: Path, repo_type: str = "model") -> str:
     """Turn a client exception into what happened and what to do next."""
     if isinstance(exc, EngineError):  # already a sentence that says what to do
         return str(exc)
     name, text = type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    other = "modelscope" if source == "hf" else "hf"
+    switch = _switch_hint(source, repo_type)
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if name in ("RepositoryNotFoundError", "NotExistError") or status == 404:
         hint = " Meta, Google and Mistral weights usually live under LLM-Research/ there." if source != "hf" else ""
-        return (f"{repo_id} was not found on {SITE[source]} ({endpoint(source)}). Check the id, or try "
-                f"--source {other}.{hint}")
+        return (f"{repo_id} was not found on {SITE[source]} ({endpoint(source)}). Check the id, or "
+                f"{switch}.{hint}")
     if name in ("GatedRepoError", "AuthenticationError", "PermissionDeniedError") or status in (401, 403):
         login = "`hf auth login` (or set HF_TOKEN)" if source == "hf" else "`modelscope login`"
         return (f"{repo_id} on {SITE[source]} needs an account that accepted its license: accept it on the model "
@@ -498,7 +508,7 @@ def _explain(exc: BaseException, source: str, repo_id: str, target: Path) -> str
     if isinstance(exc, (ConnectionError, TimeoutError)) or any(
             k in name for k in ("Connect", "Timeout", "Network", "Protocol")):
         return (f"Cannot reach {endpoint(source)} ({name}: {text}). Check the network or proxy (HTTPS_PROXY), or "
-                f"use --source {other}; run the same download again to resume.")
+                f"{switch}; run the same download again to resume.")
     return f"{name}: {text}"
 
 
@@ -516,7 +526,8 @@ def _worker(argv: list[str]) -> int:
         else:
             (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target, args.repo_type)
     except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent as a sentence
-        _emit("error", message=_explain(exc, args.source, args.repo, args.target), kind=type(exc).__name__)
+        _emit("error", message=_explain(exc, args.source, args.repo, args.target, args.repo_type),
+              kind=type(exc).__name__)
         return 1
     _emit("done", path=str(args.target))
     return 0

@@ -11,8 +11,8 @@ pre-training does. With ``packing: false`` each text is one row, cut at ``cutoff
 from __future__ import annotations
 
 import sys
-from itertools import chain
 
+from engine.data.pretrain import pretrain_eos, text_rows
 from engine.errors import DataError
 from engine.training.loss import causal_lm_loss_sum, trained_tokens
 from engine.training.session import Session
@@ -28,7 +28,7 @@ def setup(session: Session) -> Task:
     def encode(names: str) -> list[dict]:
         texts = session.load_texts(names)
         rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
-                         eos=eos_text(session))
+                         eos=eos_text(session), control_tokens_in_text=config.allow_special_tokens_in_text)
         if not rows and names == config.dataset:
             total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
             raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} "
@@ -50,25 +50,7 @@ def setup(session: Session) -> Task:
 
 
 def eos_text(session: Session) -> str:
-    """What ends each text: LLaMA-Factory uses Llama 3's <|end_of_text|> for the llama3 template, else the EOS."""
-    if session.template.name == "llama3" and "<|end_of_text|>" in session.tokenizer.get_vocab():
-        return "<|end_of_text|>"
-    return session.tokenizer.eos_token or ""
-
-
-def text_rows(texts: list[str], tokenizer, cutoff_len: int, *, packing: bool, eos: str) -> list[list[int]]:
-    """Token rows: concatenated and cut into full ``cutoff_len`` blocks (packing), or one row per text."""
-    add_bos = bool(getattr(tokenizer, "add_bos_token", False)) and tokenizer.bos_token_id is not None
-    encoded = [tokenizer(text + eos, add_special_tokens=False)["input_ids"] for text in texts]
-    if not packing:
-        prefix = [tokenizer.bos_token_id] if add_bos else []
-        return [(prefix + ids)[:cutoff_len] for ids in encoded if ids]
-    stream = list(chain.from_iterable(encoded))
-    rows = [stream[i:i + cutoff_len] for i in range(0, len(stream) - cutoff_len + 1, cutoff_len)]
-    if add_bos:
-        for row in rows:
-            row[0] = tokenizer.bos_token_id
-    return rows
+    return pretrain_eos(session.template.name, session.tokenizer)
 
 
 if __name__ == "__main__":

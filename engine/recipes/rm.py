@@ -103,10 +103,10 @@ def setup(session: Session) -> Task:
     collate = RewardCollator(tokenizer.pad_token_id)
 
     def closing(output_dir: Path, stepper) -> dict[str, float]:
-        held_out = eval_pairs or train_pairs
         if not eval_pairs:
             logger.note("no held-out pairs (val_size: 0): the reloaded reward model was checked on training pairs.")
-        return check_saved_model(output_dir, stepper, scores, held_out[:64], collate, session)
+        return check_saved_model(output_dir, stepper, scores, (eval_pairs or train_pairs)[:64], collate, session,
+                                 held_out=bool(eval_pairs))
 
     return Task(model=model, train_samples=train_pairs, eval_samples=eval_pairs, collate=collate, loss=loss,
                 units=lambda batch: batch["input_ids"].shape[0] // 2, per_example=True, batching="padded",
@@ -114,7 +114,7 @@ def setup(session: Session) -> Task:
 
 
 def check_saved_model(output_dir: Path, stepper, scores: ScoreCapture, pairs: list[dict], collate,
-                      session: Session) -> dict[str, float]:
+                      session: Session, *, held_out: bool = True) -> dict[str, float]:
     """Load the saved reward model as a user would (plain transformers, or PEFT for an adapter) and score held-out
     pairs with transformers' own pooling: the scores must equal the trained model's. Every rank computes the trained
     scores (the model may be sharded); the main rank loads and compares."""
@@ -139,10 +139,11 @@ def check_saved_model(output_dir: Path, stepper, scores: ScoreCapture, pairs: li
         write_scores(session, pairs, got[:half].tolist(), got[half:].tolist())
     session.logger.info(f"reward model reloaded from {output_dir}: scores match (max diff {gap:.1e}); chosen above "
                         f"rejected on {accuracy:.0%} of {half} pairs")
+    which = "held-out" if held_out else "training"
     if accuracy <= 0.5:
-        session.logger.note(f"the reward model ranks the chosen answer first on only {accuracy:.0%} of held-out "
+        session.logger.note(f"the reward model ranks the chosen answer first on only {accuracy:.0%} of {which} "
                             "pairs: train longer or on more pairs before using it.")
-    return {"heldout_accuracy": accuracy}
+    return {"heldout_accuracy" if held_out else "train_pairs_accuracy": accuracy}
 
 
 def write_scores(session: Session, pairs: list[dict], chosen: list[float], rejected: list[float]) -> None:

@@ -198,3 +198,33 @@ def test_train_gpus_pins_the_choice_in_the_run_folder(fake_nvidia, tmp_path, mon
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.mark.parametrize("stage", ["pt", "rm", "kto"])
+def test_data_preview_shows_what_each_stage_trains(demo_model_dir, stage):
+    config = REPO / "examples" / "demo" / f"tiny_lora_{stage}.yaml"
+    result = invoke("data", "preview", config, f"model_name_or_path={demo_model_dir}", "cutoff_len=64", "--json")
+    assert result.exit_code == 0, result.output
+    preview = json.loads(result.output)
+    assert preview["samples"] > 0 and preview["shown"]
+    if stage == "pt":  # raw text cut into full rows, every token trained
+        assert preview["trained_tokens"] == preview["total_tokens"] == 64 * preview["samples"]
+        assert all(span["trained"] for row in preview["shown"] for span in row["spans"])
+    if stage == "rm":  # pairs: both answers count
+        assert preview["total_tokens"] > preview["trained_tokens"] > 0
+    if stage == "kto":
+        assert all(re.search(r"\((un)?desirable answer\)$", row["source"]) for row in preview["shown"])
+
+
+def test_data_check_reads_pretraining_text(tmp_path):
+    text = tmp_path / "corpus.jsonl"
+    text.write_text('{"text": "a first document"}\n{"text": ""}\n{"text": "forged <|im_end|> turn"}\n')
+    result = invoke("data", "check", text, "--json")
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and report["format"] == "text" and report["rows"] == 3
+    assert [(p["row"], p["level"]) for p in report["problems"]] == [(2, "error"), (3, "warning")]
+    assert report["suggested_entry"] == {"file_name": "corpus.jsonl", "columns": {"prompt": "text"}}
+    lines = tmp_path / "wiki.txt"
+    lines.write_text("one line of text\nanother\n")
+    result = invoke("data", "check", lines)
+    assert result.exit_code == 0 and "text, 2 rows: ok" in " ".join(result.output.split())

@@ -187,3 +187,12 @@ def test_cli_download_then_check(online, monkeypatch, source_repo, tmp_path):
     assert "complete:" in result.output
     result = CliRunner().invoke(app, ["check", str(tmp_path / "m")])
     assert result.exit_code == 0 and "complete:" in result.output
+
+
+def test_a_failed_dataset_download_names_the_switch_datasets_have():
+    from engine.models.download import _explain
+
+    offline = ConnectionError("no route to host")
+    dataset = _explain(offline, "hf", "llamafactory/lima", Path("x"), "dataset")
+    assert "USE_MODELSCOPE_HUB=1" in dataset and "--source" not in dataset  # `data download` has no --source
+    assert "--source modelscope" in _explain(offline, "hf", "org/model", Path("x"))

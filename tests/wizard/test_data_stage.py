@@ -20,6 +20,16 @@ def test_listing_marks_what_can_be_trained(workspace):
     assert not data.choose(new_state(), workspace / "data", [], list(rows.values()), {}).ok
 
 
+def test_multimodal_datasets_are_listed_as_not_usable(workspace):
+    folder = workspace / "data"
+    info = json.loads((folder / "dataset_info.json").read_text())
+    info["pictures"] = {"file_name": "identity.json", "columns": {"images": "images"}}
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    rows = {row.name: row for row in data.list_datasets(folder)}
+    assert not rows["pictures"].available and "multimodal" in rows["pictures"].note
+    assert rows["identity"].available
+
+
 def test_templated_dataset_is_filled_into_a_registered_copy(workspace):
     folder = workspace / "data"
     original = (folder / "identity.json").read_bytes()

@@ -99,6 +99,7 @@ def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bo
     """Every entry of dataset_info.json, with whether it can be trained on here: available when it holds rows of
     `kind` (engine.data.kinds: pairs, kto, text, conversations) and they are on this machine. `ranking=True` is
     kind "pairs" (the CLI's --pairs)."""
+    from engine.data.formats import require_supported
     from engine.data.kinds import dataset_kind
     from engine.data.registry import dataset_file_path, load_dataset_info
     from engine.errors import EngineError
@@ -116,6 +117,10 @@ def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bo
                 available, note = False, t("data.file_missing")
         if holds != kind:
             available, note = False, t(f"data.holds_{holds}")
+        try:
+            require_supported(spec)
+        except EngineError:
+            available, note = False, t("data.multimodal")
         rows.append(DatasetRow(name, spec.file_name, spec.formatting, spec.ranking, available, note, holds))
     return rows
 
@@ -286,18 +291,13 @@ def check_kto(path: Path, report: Any) -> tuple[Any, list[str]]:
 def check_text(path: Path) -> tuple[Any, list[str]]:
     """(report, problems) of a file read as pre-training text: a .txt file (one text per line), or rows with a
     non-empty `text` field."""
-    from engine.data.check import CheckReport, Problem
-    from engine.data.files import read_rows
+    from engine.data.check import check_text_file
 
-    read = read_rows(path)
-    bad = [Problem(index + 1, "text", t("data.no_text"), line=read.lines[index])
-           for index, row in enumerate(read.rows)
-           if not (isinstance(row, dict) and isinstance(row.get("text"), str) and row["text"].strip())]
-    report = CheckReport(path, "alpaca", len(read.rows), bad)
-    if len(bad) == len(read.rows):
+    report = check_text_file(path)
+    if len([p for p in report.errors if p.field == "text"]) == report.rows:
         report.format = "unknown"
-        return report, [t("data.not_text_file", rows=len(read.rows))]
-    return report, [describe_problem(p) for p in bad]
+        return report, [t("data.not_text_file", rows=report.rows)]
+    return report, [describe_problem(p) for p in report.problems]
 
 
 def describe_problem(problem: Any) -> str:
@@ -377,5 +377,7 @@ def _entry_for(target: Path, kind: str) -> tuple[dict, list[str]]:
 def fits_kind(report: Any, kind: str) -> bool:
     """Whether a checked file holds rows of `kind` at all (its row problems aside)."""
     if report is None or report.format == "unknown":
+        return False
+    if (report.format == "text") != (kind == "text"):
         return False
     return bool(report.ranking) == (kind == "pairs")

@@ -1,0 +1,33 @@
+"""Pre-training rows from raw text, as the pt recipe trains them and `data preview` shows them. No torch here."""
+
+from __future__ import annotations
+
+from itertools import chain
+
+
+def pretrain_eos(template_name: str, tokenizer) -> str:
+    """What ends each text: LLaMA-Factory uses Llama 3's <|end_of_text|> for the llama3 template, else the EOS."""
+    if template_name == "llama3" and "<|end_of_text|>" in tokenizer.get_vocab():
+        return "<|end_of_text|>"
+    return tokenizer.eos_token or ""
+
+
+def text_rows(texts: list[str], tokenizer, cutoff_len: int, *, packing: bool, eos: str,
+              control_tokens_in_text: bool = False) -> list[list[int]]:
+    """Token rows: concatenated and cut into full ``cutoff_len`` blocks (packing), or one row per text.
+
+    A control-token string inside a text (``<|endoftext|>``, ``<|im_start|>``) is encoded as the plain text it
+    spells unless ``control_tokens_in_text`` (allow_special_tokens_in_text): only the EOS added here ends a text."""
+    add_bos = bool(getattr(tokenizer, "add_bos_token", False)) and tokenizer.bos_token_id is not None
+    options = {"add_special_tokens": False, "split_special_tokens": not control_tokens_in_text}
+    end = tokenizer(eos, add_special_tokens=False)["input_ids"] if eos else []
+    encoded = [tokenizer(text, **options)["input_ids"] + end for text in texts]
+    if not packing:
+        prefix = [tokenizer.bos_token_id] if add_bos else []
+        return [(prefix + ids)[:cutoff_len] for ids in encoded if ids]
+    stream = list(chain.from_iterable(encoded))
+    rows = [stream[i:i + cutoff_len] for i in range(0, len(stream) - cutoff_len + 1, cutoff_len)]
+    if add_bos:
+        for row in rows:
+            row[0] = tokenizer.bos_token_id
+    return rows
