@@ -338,6 +338,9 @@ def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False
     status = run.read_status()
     if status.state not in LIVE_STATES:
         raise EngineError(f"Run {run.run_id} is not running (state: {status.state}).")
+    if status.state == RunState.PENDING and status.process is None and status.started_at is None:
+        raise EngineError(f"Run {run.run_id} was prepared but never started (`launch --print` writes such runs): "
+                          "nothing runs, so there is nothing to stop.")
     if status.process is None:
         raise EngineError(f"Run {run.run_id}'s status names no training process that can be checked (pid, start time "
                           "and host); it was not started by lf-assistant or its status was edited. Nothing was "

@@ -91,7 +91,8 @@ class RunLogger:
         if not self.enabled:
             return
         notes = self.run.read_status().notes
-        self.run.update_status(notes=[*notes, message])
+        if message not in notes:  # a resumed run says the same things again: listed once
+            self.run.update_status(notes=[*notes, message])
 
     def event(self, kind: str, **data) -> None:
         if self.enabled:
@@ -133,7 +134,8 @@ class RunLogger:
             return
         self.run.append_metric(row)
         self.track(step, row)
-        self.run.update_status(step=step, loss=row["loss"], eta_s=row["eta_s"], elapsed_s=row["elapsed_s"])
+        self.run.update_status(step=step, loss=row["loss"], eta_s=row["eta_s"], elapsed_s=row["elapsed_s"],
+                               epoch=row["epoch"])
         loss_text = "nan" if math.isnan(row["loss"]) else f"{row['loss']:.4f}"
         self.info(f"step {step}/{self.total_steps} loss {loss_text} lr {lr:.3g} "
                   f"grad_norm {row['grad_norm']:.3f} tok/s {row['tokens_per_second']:.0f}")

@@ -233,6 +233,9 @@ def test_a_damaged_checkpoint_is_named_and_an_earlier_one_resumes(demo_model_dir
             engine.resume("pk", runs_dir=runs, detach=False, checkpoint=outside)
     resumed = engine.resume("pk", runs_dir=runs, detach=False, checkpoint="4")
     assert resumed.status().state == "completed" and resumed.status().step == 6
+    assert resumed.status().epoch is not None
+    notes = resumed.status().notes
+    assert len(notes) == len(set(notes))  # a resumed run does not list its notes again
     events = [e for e in handle.run.read_events() if e.get("event") == "resumed"]
     assert events and events[-1]["checkpoint"].endswith("checkpoint-4")
 
@@ -241,8 +244,10 @@ def test_a_run_that_was_only_prepared_is_not_resumed(demo_model_dir, tmp_path):
     from engine.api import prepare_run
 
     prepare_run(config(demo_model_dir, tmp_path / "out"), runs_dir=tmp_path / "runs", run_id="printed")
-    with pytest.raises(EngineError, match="prepared but never started"):
-        engine.resume("printed", runs_dir=tmp_path / "runs", detach=False)
+    for act in (lambda: engine.resume("printed", runs_dir=tmp_path / "runs", detach=False),
+                lambda: engine.stop("printed", runs_dir=tmp_path / "runs")):
+        with pytest.raises(EngineError, match="prepared but never started"):
+            act()
 
 
 def test_a_diverging_run_fails_loudly_and_saves_nothing(demo_model_dir, tmp_path, monkeypatch):
