@@ -178,8 +178,7 @@ def stop(run_id: str = typer.Argument(..., help="Run id (the whole id: no prefix
     """Stop a running training at the end of its current step; it saves a checkpoint first and can be resumed."""
     import engine
 
-    run = engine.runs.get(lookup_name(run_id), runs_dir)
-    engine.stop(str(run.path), runs_dir=runs_dir, force=force)
+    engine.stop(lookup_name(run_id), runs_dir=runs_dir, force=force)
     typer.echo(f"asked {plain(run_id)} to stop; it finishes its step, saves a checkpoint and records 'stopped'.")
 
 

@@ -228,3 +228,10 @@ def test_data_check_reads_pretraining_text(tmp_path):
     lines.write_text("one line of text\nanother\n")
     result = invoke("data", "check", lines)
     assert result.exit_code == 0 and "text, 2 rows: ok" in " ".join(result.output.split())
+
+
+def test_stop_and_resume_train_take_the_whole_id(runs):
+    for command in ("stop", "resume-train"):
+        result = invoke(command, "lf-tiny-qwen3_full", "--runs-dir", runs)
+        assert result.exit_code != 0 and "takes its whole id" in " ".join(result.output.split()), result.output
+    assert "failed" in invoke("status", "lf-tiny-qwen3_full", "--runs-dir", runs).output  # reading may abbreviate
