@@ -214,6 +214,15 @@ def _model_problems(c: TrainConfig) -> list[str]:
 
         problems += lora_target_problems(model, c.lora_target) + additional_target_problems(model,
                                                                                              c.additional_target)
+    if c.finetuning_type == "freeze" and local_config(model) is not None:
+        from engine.config.model_check import linear_layers
+        from engine.methods.freeze import layer_modules, unknown_layer_modules
+
+        layers = linear_layers(model)
+        problem = unknown_layer_modules(c.freeze_trainable_modules, layer_modules(layers.modules or ())) \
+            if layers is not None else None
+        if problem:
+            problems.append(problem)
     return problems
 
 

@@ -64,3 +64,10 @@ def test_a_continued_adapter_says_which_lora_settings_it_keeps(demo_model_dir, t
     assert warnings(config(demo_model_dir, adapter_name_or_path=str(adapter), lora_rank=8)) == []
     assert warnings(config(demo_model_dir, adapter_name_or_path=str(adapter), lora_rank=4,
                            create_new_adapter=True)) == []  # a new adapter trains with lora_rank 4
+
+
+def test_freeze_modules_are_checked_against_the_layers(demo_model_dir):
+    problems = engine.validate(config(demo_model_dir, finetuning_type="freeze", freeze_trainable_modules="mlp,bogus"))
+    assert problems == ["freeze_trainable_modules: bogus is no module of this model's layers; they have: "
+                        "input_layernorm, mlp, post_attention_layernorm, self_attn (or all)."]
+    assert engine.validate(config(demo_model_dir, finetuning_type="freeze", freeze_trainable_modules="mlp")) == []

@@ -25,6 +25,27 @@ def trainable_layer_ids(num_layers: int, trainable_layers: int) -> list[int]:
     return list(range(min(-trainable_layers, num_layers)))
 
 
+def layer_modules(names) -> list[str]:
+    """The modules of a decoder layer (what freeze_trainable_modules takes), from module or parameter names: the
+    first name after the layer number, as LLaMA-Factory lists them (self_attn, mlp, input_layernorm, ...)."""
+    found = set()
+    for name in names:
+        match = _LAYER.search(name + ".")
+        if match:
+            found.add((name + ".")[match.end():].split(".")[0])
+    return sorted(found - {""})
+
+
+def unknown_layer_modules(wanted: str, known: list[str]) -> str | None:
+    """The problem when a freeze_trainable_modules name is no module of a layer (None when all are)."""
+    names = [m.strip() for m in wanted.split(",") if m.strip() and m.strip() != "all"]
+    unknown = [name for name in names if name not in known]
+    if not unknown or not known:
+        return None
+    return (f"freeze_trainable_modules: {', '.join(unknown)} is no module of this model's layers; they have: "
+            f"{', '.join(known)} (or all).")
+
+
 def outside_layer_modules(model) -> list[str]:
     """Names of the modules that hold parameters outside the numbered layers (what freeze_extra_modules takes)."""
     return sorted({name.split(".")[-2] for name, _ in model.named_parameters()
@@ -36,6 +57,10 @@ def prepare(model, config):
     layer_ids = set(trainable_layer_ids(num_layers, config.freeze_trainable_layers))
     modules = [m.strip() for m in config.freeze_trainable_modules.split(",") if m.strip()]
     extra = [m.strip() for m in (getattr(config, "freeze_extra_modules", None) or "").split(",") if m.strip()]
+    problem = unknown_layer_modules(config.freeze_trainable_modules,
+                                    layer_modules(name for name, _ in model.named_parameters()))
+    if problem:
+        raise ConfigError(problem)
     known = outside_layer_modules(model)
     unknown = [name for name in extra if name not in known]
     if unknown:
