@@ -92,11 +92,30 @@ def fail_on_engine_error(function):
         except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, never a traceback
             if os.environ.get(DEBUG_VARIABLE):
                 raise
+            source = model_code_file(exc)
+            if source is not None:  # trust_remote_code: the model folder's own code failed, not ours
+                print_error(f"The model's own code ({source}) raised {type(exc).__name__}: {str(exc)[:500]}\nIt "
+                            "runs because trust_remote_code is true: the fault is in that code or in what it was "
+                            f"given. Run again with {DEBUG_VARIABLE}=1 for the traceback.")
+                raise typer.Exit(EXIT_USER_ERROR) from None
             print_error(f"unexpected {type(exc).__name__}: {str(exc)[:500]}\nThis is a bug in lf-assistant; run "
                         f"again with {DEBUG_VARIABLE}=1 for the traceback and report it.")
             raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper
+
+
+def model_code_file(exc: BaseException) -> str | None:
+    """The innermost file of a model's own code (transformers imports it as ``transformers_modules``) that the
+    exception passed through, or None when no such code was involved."""
+    import traceback
+
+    found = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
+        if "transformers_modules" in filename.replace("\\", "/").split("/"):
+            found = filename
+    return found
 
 
 def _os_error_message(exc: OSError) -> str:

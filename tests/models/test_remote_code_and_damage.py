@@ -98,3 +98,32 @@ def test_a_damaged_safetensors_file_is_named(demo_model_dir, tmp_path, damage):
 
     with pytest.raises(ModelError, match="adapter_model.safetensors"):
         attach_adapter(None, str(adapter), str(demo_model_dir))
+
+
+def test_a_failure_inside_a_models_own_code_is_not_called_our_bug(tmp_path, capsys):
+    import typer
+
+    from assistant.cli.common import fail_on_engine_error
+
+    module = tmp_path / "transformers_modules" / "acme" / "modeling_acme.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def forward():\n    raise ValueError('shape mismatch in AcmeAttention')\n")
+    namespace: dict = {}
+    exec(compile(module.read_text(), str(module), "exec"), namespace)
+
+    @fail_on_engine_error
+    def command():
+        namespace["forward"]()
+
+    @fail_on_engine_error
+    def ours():
+        raise ValueError("broken here")
+
+    with pytest.raises(typer.Exit) as raised:
+        command()
+    said = " ".join(capsys.readouterr().err.split())
+    assert raised.value.exit_code == 2 and "modeling_acme.py) raised ValueError: shape mismatch" in said
+    assert "trust_remote_code is true" in said and "bug in lf-assistant" not in said
+    with pytest.raises(typer.Exit) as raised:
+        ours()
+    assert raised.value.exit_code == 3 and "bug in lf-assistant" in capsys.readouterr().err
