@@ -146,7 +146,7 @@ STRINGS: dict[str, str] = {
     "data.no_folder": "No dataset folder yet: enter one that holds dataset_info.json and press Enter.",
     "data.fill_title": "{name} contains placeholders. Give their values; a filled copy is registered as {name}{suffix}.",
     "data.filled": "Filled copy written to {path} and registered as {name}.",
-    "data.fill_skipped": "{name} keeps its placeholders (you skipped filling them): the model will learn them literally.",
+    "data.fill_cancelled": "{name} still holds placeholders such as {{{{name}}}}; the model would learn them literally. Continue again to fill them in, or choose another dataset.",
     # --- model
     "model.prompt": "Model: a hub id (org/name), a registry name, or a local folder",
     "model.check": "Check",

@@ -75,6 +75,11 @@ async def test_unsupported_model_and_missing_path_can_be_corrected(workspace):
         field.focus()
         await pilot.press("enter")
         await wait_until(pilot, lambda: "does not exist" in messages(app), what="missing path message")
+        # Ctrl+N on the failed path checks it again and says why once more: never "checking..." for ever
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: not app.screen.checking and not app.screen.continue_when_resolved,
+                         what="the second check answered")
+        assert on_screen(app, "ModelScreen") and "does not exist" in messages(app)
         field.value = "./models/lf-tiny-qwen3"
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.state.family == "demo" and app.state.model_path)
@@ -101,3 +106,20 @@ async def test_busy_gpus_are_never_chosen_silently(workspace):
         device = json.loads((workspace / "lf_runs" / app.state.run_id / "device.json").read_text())
         assert device["indices"] == [1] and device["env"] == {"CUDA_VISIBLE_DEVICES": "1"}
         assert app.state.device["mode"] == "share"
+
+
+async def test_esc_on_the_placeholder_values_stays_on_the_data_stage(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "FlowScreen"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts, what="data listed")
+        await pilot.press("ctrl+n")  # identity, the recommended data, has {{name}} and {{author}}
+        await wait_until(pilot, lambda: on_screen(app, "AskValues"), what="placeholder values asked")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="back on the data stage")
+        await pilot.pause()
+        assert on_screen(app, "DataScreen") and "still holds placeholders" in messages(app)
+        assert not app.state.filled
+        await pilot.press("ctrl+n")  # continuing asks again
+        await wait_until(pilot, lambda: on_screen(app, "AskValues"), what="asked again")

@@ -329,10 +329,9 @@ class DataScreen(StageScreen):
 
     def _filled(self, values: dict | None) -> None:
         name, _variables = self.pending_fill[0]
-        if values is None:
-            self.pending_fill.pop(0)
-            self.say(notes=[t("data.fill_skipped", name=name)])
-            self._ask_next_fill()
+        if values is None:  # Esc: the stage stays, nothing is filled or trained on yet
+            self.pending_fill = []
+            self.say([t("data.fill_cancelled", name=name)])
             return
         self.fill(name, values)
 

@@ -32,6 +32,8 @@ class ModelScreen(StageScreen):
         self.resolved_text: str | None = None
         """The model text the shown resolution is for (None: nothing resolved)."""
         self.continue_when_resolved = False
+        self.checking = False
+        """A check is in flight."""
         self.typed = False
         """The user changed the model field: the recommendation never replaces it."""
         self.set_values: set[str] = set()
@@ -120,7 +122,8 @@ class ModelScreen(StageScreen):
                 self.submit()  # Enter on the model already checked: go on with it
             else:
                 self.resolve(event.value, None)
-        elif event.input.id == "template-input":
+        elif event.input.id == "template-input":  # Enter on the template: check with it, and go on if it fits
+            self.continue_when_resolved = True
             self.resolve(self.query_one("#model-input", Input).value, event.value)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -133,13 +136,19 @@ class ModelScreen(StageScreen):
         elif event.button.id == "continue":
             self.submit()
 
-    @work(thread=True, exclusive=True, group="resolve")
     def resolve(self, text: str, template: str | None) -> None:
+        """Check a model text in the background; ``on_model_resolved`` answers."""
+        self.checking = True
+        self._resolve(text, template)
+
+    @work(thread=True, exclusive=True, group="resolve")
+    def _resolve(self, text: str, template: str | None) -> None:
         outcome = model.resolve(self.state, self.wizard.skill, text, template=template)
         plan = model.fetch_plan(outcome.state, self.wizard.skill) if outcome.ok else None
         self.post_message(ModelResolved(outcome, plan))
 
     def on_model_resolved(self, message: ModelResolved) -> None:
+        self.checking = False
         outcome = message.outcome
         unsupported = outcome.code == "unsupported"
         self.query_one("#template-box").display = unsupported
@@ -199,8 +208,10 @@ class ModelScreen(StageScreen):
 
     def submit(self) -> None:
         if not self.resolved:
-            self.continue_when_resolved = True  # go on once the check in flight answers
+            self.continue_when_resolved = True  # go on once the check answers (it says what is wrong otherwise)
             self.say(info=[t("model.resolving")])
+            if not self.checking:  # nothing in flight (the last check failed): check what the field holds now
+                self.resolve(self.query_one("#model-input", Input).value, None)
             return
         failed = self.state.download.get("state") == "failed"
         if not self.state.model_path and not failed:
