@@ -3,6 +3,7 @@
 import json
 
 import yaml
+from assistant.command import self_command
 from pilot_helpers import SIZE, choose_datasets, make_app, messages, on_screen, wait_until
 
 
@@ -32,6 +33,8 @@ async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(worksp
         run = workspace / "lf_runs" / app.state.run_id
         assert yaml.safe_load((run / "sft.yaml").read_text()) == table_rows == shown
         assert "lf-assistant train lf_runs/" in str(app.screen.query_one("#command").render())
+        # the command runs in a fresh shell: this installation's script, not a bare name PATH may not know
+        assert f"{self_command()} train lf_runs/" in " ".join(str(app.screen.query_one("#command").render()).split())
         assert not app.state.launched
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="infer.yaml table")

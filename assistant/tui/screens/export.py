@@ -15,8 +15,8 @@ from assistant.tui.process import stream
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.dialogs import ConfirmTable
 from assistant.wizard.stages import export
-from assistant.wizard.stages.gpu import device_env, env_prefix
-from assistant.wizard.stages.train import display_path
+from assistant.wizard.stages.gpu import device_env
+from assistant.wizard.stages.train import display_path, elsewhere_command
 
 
 class ExportScreen(StageScreen):
@@ -92,8 +92,7 @@ class ExportScreen(StageScreen):
         dump_yaml(self.config, self.wizard.run_folder / export.EXPORT_FILE)
         self.wizard.commit(self.state.replace(export_config=self.config))
         if self.state.execution != "run_here":
-            command = f"{env_prefix(self.state.device)}lf-assistant export " \
-                      f"{display_path(self.wizard.run_folder / export.EXPORT_FILE)}"
+            command = elsewhere_command(self.state, "export", self.wizard.run_folder / export.EXPORT_FILE)
             self.query_one("#export-result", Static).update(t("export.command", command=escape(command)))
             self.query_one("#continue").display = True
             return

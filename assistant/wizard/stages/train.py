@@ -58,7 +58,18 @@ def launch(state: WizardState, run, stage: str = "sft") -> Any:
 
 def launch_command(state: WizardState, run_folder: Path, config_file: str = "sft.yaml") -> str:
     """The exact command for running the written config elsewhere (execution: write_only)."""
-    return f"{env_prefix(state.device)}lf-assistant train {display_path(run_folder / config_file)}"
+    return elsewhere_command(state, "train", Path(run_folder) / config_file)
+
+
+def elsewhere_command(state: WizardState, action: str, *words: str | Path) -> str:
+    """`[CUDA_VISIBLE_DEVICES=... ]lf-assistant ACTION ...` as the user types it into a fresh shell: this
+    installation's command (the venv's script when it is not on PATH), paths shown short, every word quoted."""
+    import shlex
+
+    from assistant.command import self_command
+
+    shown = [display_path(word) if isinstance(word, Path) else str(word) for word in words]
+    return f"{env_prefix(state.device)}{self_command()} {shlex.join([action, *shown])}"
 
 
 def display_path(path: str | Path) -> str:

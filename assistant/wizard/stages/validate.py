@@ -188,12 +188,11 @@ def pipe_command(run_folder: Path, *, completion: bool = False) -> list[str]:
 
 def batch_command_text(state: WizardState, run_folder: Path, *, completion: bool = False) -> str:
     """The validation as the user types it elsewhere: device pinning, then `lf-assistant chat --prompts`."""
-    from assistant.wizard.stages.gpu import env_prefix
+    from assistant.wizard.stages.train import elsewhere_command
 
     folder = Path(run_folder)
-    return (f"{env_prefix(state.device)}lf-assistant chat {display_path(folder / INFER_FILE)} "
-            f"--prompts {display_path(folder / PROMPTS_FILE)} --out {display_path(folder / ANSWERS_FILE)} --base"
-            + (" --completion" if completion else ""))
+    return elsewhere_command(state, "chat", folder / INFER_FILE, "--prompts", folder / PROMPTS_FILE, "--out",
+                             folder / ANSWERS_FILE, "--base", *(["--completion"] if completion else []))
 
 
 def parse_progress(line: str) -> tuple[int, int] | None:
