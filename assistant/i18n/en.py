@@ -119,6 +119,8 @@ STRINGS: dict[str, str] = {
     "data.add": "Add",
     "data.rows": "{rows} rows",
     "data.trained": "trained",
+    "data.desirable": "desirable (made more likely)",
+    "data.undesirable": "undesirable (made less likely)",
     "data.preview": "Preview of {name} (green: what training learns)",
     "data.hub_only": "on a hub: `lf-assistant data download NAME` first",
     "data.file_missing": "file missing",

@@ -119,6 +119,8 @@ STRINGS: dict[str, str] = {
     "data.add": "添加",
     "data.rows": "{rows} 行",
     "data.trained": "训练目标",
+    "data.desirable": "期望的回答（提高概率）",
+    "data.undesirable": "不期望的回答（降低概率）",
     "data.preview": "{name} 预览（绿色：训练要学习的部分）",
     "data.hub_only": "在 Hub 上：先运行 `lf-assistant data download NAME`",
     "data.file_missing": "文件缺失",

@@ -130,3 +130,18 @@ def test_kto_and_text_files_are_checked_and_registered_for_their_stage(workspace
     assert problems == [] and report.rows == 2
     assert data.onboard(new_state(), workspace / "data", text, "notes", convert=False, kind="text").ok
     assert dataset_kind(get_dataset_spec("notes", workspace / "data")) == "text"
+
+
+def test_preview_reads_each_kind_as_training_does(workspace):
+    from assistant.tui.screens.data import preview_markup
+
+    text = data.preview(workspace / "data", "pt_demo", 2)
+    assert len(text) == 2 and all(set(row) == {"text"} and row["text"] for row in text)  # no SFT reader error
+    assert "trained:" in preview_markup(text)
+    rows = data.preview(workspace / "data", "kto_demo", 6)
+    marked = preview_markup(rows)
+    assert any(not row["kto_tag"] for row in rows)
+    for row in rows:  # an undesirable answer is never shown as what training learns
+        answer = row["messages"][-1]["content"][:40]
+        line = next(line for line in marked.splitlines() if answer in line)
+        assert ("✓ desirable" in line) == row["kto_tag"] and ("✗ undesirable" in line) == (not row["kto_tag"])

@@ -44,9 +44,17 @@ def preview_markup(examples: list[dict]) -> str:
     lines = []
     for number, example in enumerate(examples, start=1):
         lines.append(f"[b]#{number}[/b]")
-        for message in example.get("messages", []):
+        if "text" in example:  # pre-training: every token is learned
+            lines.append(f"  [green]{t('data.trained')}: {_short(example['text'])}[/green]")
+        messages = example.get("messages", [])
+        for index, message in enumerate(messages):
             text = _short(message.get("content"))
-            if message.get("role") in ("assistant", "function_call"):
+            if "kto_tag" in example and index == len(messages) - 1:  # KTO: the last answer, pushed up or down
+                desirable = bool(example["kto_tag"])
+                lines.append(f"  [{'green' if desirable else 'red'}]{'✓' if desirable else '✗'} "
+                             f"{t('data.desirable' if desirable else 'data.undesirable')}: {text}"
+                             f"[/{'green' if desirable else 'red'}]")
+            elif message.get("role") in ("assistant", "function_call"):
                 lines.append(f"  [green]{t('data.trained')}: {text}[/green]")
             else:
                 lines.append(f"  [dim]{message.get('role')}: {text}[/dim]")

@@ -150,13 +150,17 @@ def count_rows(dataset_dir: Path, name: str) -> tuple[int, float]:
 
 
 def preview(dataset_dir: Path, name: str, limit: int = 3) -> list[dict[str, Any]]:
-    """The first rows, normalized to messages; the assistant turns are what training learns."""
-    from engine.data.formats import convert_record
+    """The first rows as training reads them: normalized to messages (the assistant turns are what training
+    learns; a KTO row also carries whether its answer is desirable), or {"text": ...} for pre-training text."""
+    from engine.data.formats import convert_record, convert_text
+    from engine.data.kinds import dataset_kind
     from engine.data.loader import read_records
     from engine.data.registry import dataset_file_path, get_dataset_spec
 
     spec = get_dataset_spec(name, Path(dataset_dir))
     records = read_records(dataset_file_path(spec, Path(dataset_dir)))
+    if dataset_kind(spec) == "text":
+        return [{"text": convert_text(record, spec, index)} for index, record in enumerate(records[:limit])]
     return [convert_record(record, spec, index) for index, record in enumerate(records[:limit])]
 
 
