@@ -209,6 +209,7 @@ STRINGS: dict[str, str] = {
     "config.diff_title": "Diff vs. the example",
     "config.no_diff": "Nothing changed from the example.",
     "config.steps": "Total steps: {steps} (training rows: {rows})",
+    "config.steps_packed": "Total steps: set by the tokens once texts are packed into cutoff_len rows (the pre-flight counts them; texts: {rows})",
     "config.few_steps": "Only {steps} optimizer steps ({rows} rows, fewer than {few}): too few points to judge the curve, and the model will likely underfit.",
     "config.few_points": "logging_steps {logging_steps} with {steps} steps gives fewer than {points} loss points.",
     "config.mix_hint": "Mixing in the general dataset {dataset} keeps the model's general language while it learns yours.",

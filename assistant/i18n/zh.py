@@ -209,6 +209,7 @@ STRINGS: dict[str, str] = {
     "config.diff_title": "与示例的差异",
     "config.no_diff": "与示例相比没有任何改动。",
     "config.steps": "总步数：{steps}（训练样本：{rows} 行）",
+    "config.steps_packed": "总步数：由文本打包成 cutoff_len 行后的 token 数决定（预检会计算；文本：{rows} 条）",
     "config.few_steps": "只有 {steps} 个优化步（{rows} 行，少于 {few}）：loss 点太少无法判断曲线，模型也可能欠拟合。",
     "config.few_points": "logging_steps 为 {logging_steps}、总步数 {steps}，得到的 loss 点少于 {points} 个。",
     "config.mix_hint": "混入通用数据集 {dataset} 可在学习你的数据的同时保持通用语言能力。",

@@ -196,6 +196,8 @@ def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
                         lf_defaults=_lf_default_rows(state.example, config, diff))
     built.rows = training_rows(state, config)
     built.total_steps = total_steps(config, built.rows, devices=device_count(state))
+    if config.get("stage") == "pt" and config.get("packing") is not False and not (config.get("max_steps") or 0) > 0:
+        built.total_steps = None  # texts packed into cutoff_len rows: the count follows the tokens (pre-flight)
     return built
 
 

@@ -145,3 +145,20 @@ def test_qlora_and_full_pick_their_own_example(workspace, skill, demo_model_dir)
         datasets=["identity"], dataset_dir=str(workspace / "data"))
     built = build.build_train_config(state, skill)
     assert built.config["finetuning_type"] == "full" and built.config["quantization_bit"] is None
+
+
+def test_packed_pretraining_leaves_the_step_count_to_the_preflight(workspace, demo_model_dir):
+    """Texts packed into cutoff_len rows make as many steps as their tokens fill: a count from rows would be
+    another number than the run makes (157 texts would say 80 steps where the run makes 30)."""
+    from assistant.wizard.skill import skill_for
+
+    pt = skill_for("pt")
+    state = flow.apply(new_state(), pt, {"workflow": "pt", "scope": "full", "execution": "run_here",
+                                         "method": "lora"}).state
+    listing = data.list_datasets(workspace / "data", kind="text")
+    counts = {"pt_demo": data.count_rows(workspace / "data", "pt_demo")}
+    state = data.choose(state, workspace / "data", ["pt_demo"], listing, counts).state
+    state = model.resolve(state, pt, str(demo_model_dir)).state.replace(
+        device={"platform": "cpu", "indices": [], "mode": "cpu", "reason": "test"})
+    built = build.build_train_config(state, pt)
+    assert built.config["stage"] == "pt" and built.rows and built.total_steps is None

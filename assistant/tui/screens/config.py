@@ -168,8 +168,9 @@ class ConfigScreen(StageScreen):
 
     def _show_advice(self) -> None:
         advice, built = self.advice, self.built
-        steps = t("config.steps", steps=built.total_steps if built.total_steps is not None else "?",
-                  rows=built.rows if built.rows is not None else "?")
+        rows = built.rows if built.rows is not None else "?"
+        steps = t("config.steps", steps=built.total_steps, rows=rows) if built.total_steps is not None else \
+            t("config.steps_packed" if built.config.get("stage") == "pt" else "config.steps", steps="?", rows=rows)
         lines = [steps] + ([f"[yellow]! {escape(p)}[/yellow]" for p in advice.problems] if advice else [])
         lines += [f"[yellow]! {escape(note)}[/yellow]" for note in built.notes]
         if advice and (advice.suggestions or advice.mix_dataset):
