@@ -71,6 +71,9 @@ async def test_dpo_walk_on_the_demo_model_completes_with_reward_metrics(workspac
         assert app.screen.status.state == "completed", app.screen.status
         assert "reward acc" in _text(app, "#rewards") and "margin" in _text(app, "#rewards")
         assert "accuracies" in _text(app, "#chart") and "margins (right axis)" in _text(app, "#chart")
+        log = app.screen.query_one("#log")
+        visible = log.scrollable_content_region.width  # left of the scrollbar: no character hides under it
+        assert log.lines and max(len(line) for line in log.lines) <= visible, (visible, log.lines)
         await pilot.press("l")  # the log takes the chart's space
         assert not app.screen.query_one("#chart").display and app.screen.query_one("#log").has_class("full")
         await pilot.press("ctrl+n")

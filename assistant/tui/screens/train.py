@@ -228,7 +228,9 @@ class TrainScreen(StageScreen):
         log = self.query_one("#log", Log)
         follow = log.is_vertical_scroll_end or not self.log_lines
         log.clear()
-        log.write_lines(wrap_lines(lines, log.content_size.width or 50), scroll_end=False)
+        # the vertical scrollbar (there once the tail overflows) covers the last columns: fold before it
+        width = (log.content_size.width or 52) - log.styles.scrollbar_size_vertical - 1
+        log.write_lines(wrap_lines(lines, max(20, width)), scroll_end=False)
         self.log_lines = lines
         if follow:
             log.call_after_refresh(log.scroll_end, animate=False)
