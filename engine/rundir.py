@@ -196,8 +196,10 @@ class RunDir:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - 64 * 1024))
-            text = handle.read().decode("utf-8", errors="replace").replace("\r", "\n")
-        return [line for line in text.splitlines() if line.strip()][-lines:]
+            text = handle.read().decode("utf-8", errors="replace")
+        # a progress bar redrawn in place (carriage returns) shows as its latest state, one line
+        shown = (line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+        return [line for line in shown if line.strip()][-lines:]
 
     def summary(self) -> dict:
         """One row for run listings: id, model, method, state, steps, final loss, dates."""

@@ -136,3 +136,11 @@ def test_acting_on_a_run_takes_its_whole_id(tmp_path):
     assert find_run("base1", tmp_path, prefix=False).run_id == "base1"
     with pytest.raises(EngineError, match="No run"):
         find_run("x" * 300, tmp_path)  # a name too long for the file system is no run, not an OSError
+
+
+def test_the_log_tail_shows_a_redrawn_progress_bar_once(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    run.log_path.write_bytes(b"start\r\nLoading:   0%|  | 0/24\rLoading:  70%|# | 17/24\rLoading: 100%|##| 24/24\n"
+                             b"step 1/4 loss 2.0\nSaving:  50%|#\r")
+    assert run.tail_log(10) == ["start", "Loading: 100%|##| 24/24", "step 1/4 loss 2.0", "Saving:  50%|#"]
