@@ -1,6 +1,6 @@
 """Small rendering rules that keep the 80x24 layout readable: the run id, wrapped log lines, empty answers."""
 
-from assistant.tui.screens.train import metric_label, wrap_lines
+from assistant.tui.screens.train import metric_label, since_logged, wrap_lines
 from assistant.tui.screens.validate import answer_markup
 from assistant.tui.widgets.board import RUN_ID_WIDTH, short_run_id
 
@@ -24,3 +24,15 @@ def test_log_lines_fold_to_the_width_and_progress_bars_keep_their_last_state():
 
 def test_an_empty_answer_says_so():
     assert "no text" in answer_markup("  \n ") and answer_markup("4") == "4"
+
+
+def test_elapsed_and_eta_keep_moving_between_logged_steps():
+    from engine.runstatus import RunStatus
+
+    metrics = [{"step": 5, "loss": 1.0, "elapsed_s": 100.0, "eta_s": 300.0, "time": 1000.0}]
+    live = RunStatus(state="running", elapsed_s=100.0, eta_s=300.0)
+    assert since_logged(live, metrics, "elapsed_s", now=1060.0) == 160.0
+    assert since_logged(live, metrics, "eta_s", now=1060.0) == 240.0
+    assert since_logged(live, metrics, "eta_s", now=5000.0) == 0.0  # late: never a negative ETA
+    ended = RunStatus(state="completed", elapsed_s=100.0)
+    assert since_logged(ended, metrics, "elapsed_s", now=1060.0) == 100.0  # an ended run's clock stopped

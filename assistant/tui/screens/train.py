@@ -42,6 +42,18 @@ def wrap_lines(lines: list[str], width: int) -> list[str]:
     return wrapped
 
 
+def since_logged(status: RunStatus, metrics: list[dict], key: str, *, now: float | None = None) -> float | None:
+    """status.elapsed_s or .eta_s as the trainer wrote them at its last logged step, moved on by the time since
+    that step's metrics row (elapsed counts up, the ETA down) while the run is live: between logged steps (every
+    logging_steps) the clock still runs."""
+    seconds = getattr(status, key)
+    logged = next((row for row in reversed(metrics) if row.get(key) is not None and row.get("time")), None)
+    if seconds is None or status.is_terminal or logged is None or logged[key] != seconds:
+        return seconds
+    moved = max(0.0, (now or time.time()) - logged["time"])
+    return max(0.0, seconds + moved if key == "elapsed_s" else seconds - moved)
+
+
 def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
     """(step, value) of one metric, one point per step: a resumed run logs the steps after its checkpoint again,
     and the later value (the run that went on) is the one kept."""
@@ -264,7 +276,7 @@ class TrainScreen(StageScreen):
         last = next((m for m in reversed(self.metrics) if m.get("loss") is not None), {})
         loss = status.loss if status.loss is not None else last.get("loss")
         run_state = t("train.state", state=t(f"run.{status.state}"), step=step, total=total or "?",
-                      elapsed=fmt_duration(status.elapsed_s))
+                      elapsed=fmt_duration(since_logged(status, self.metrics, "elapsed_s")))
         if not status.is_terminal:  # an ended run has nothing left to estimate
             run_state += " · " + self._eta(status)
         self.query_one("#run-state", Static).update(run_state)
@@ -282,7 +294,7 @@ class TrainScreen(StageScreen):
         """The run's own ETA (from its measured step times) once it logged one; before that, the pre-flight's
         prediction less the time already spent."""
         if status.eta_s is not None:
-            return t("train.eta", eta=fmt_duration(status.eta_s))
+            return t("train.eta", eta=fmt_duration(since_logged(status, self.metrics, "eta_s")))
         measured = (self.state.measured or {}).get("result") or {}
         if measured.get("predicted_s") and status.started_at:
             left = max(0.0, measured["predicted_s"] - (time.time() - status.started_at))
