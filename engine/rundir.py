@@ -205,7 +205,7 @@ class RunDir:
         """One row for run listings: id, model, method, state, steps, final loss, dates."""
         status = self.read_status()
         final = status.final_loss
-        if final is None:
+        if final is None and status.is_terminal:  # a live run has no final loss yet (status shows its latest)
             losses = [m for m in self.read_metrics() if m.get("loss") is not None]
             final = losses[-1]["loss"] if losses else None
         return {

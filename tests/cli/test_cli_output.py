@@ -68,6 +68,8 @@ def test_runs_and_status_json_follow_the_documented_fields(runs):
     assert all(list(run) == [f.name for f in jsonout.RUN] for run in data["runs"])
     completed = next(run for run in data["runs"] if run["run_id"] == LONG_ID)
     assert completed["final_loss"] == 0.8123 and completed["run_dir"] == str((runs / LONG_ID).resolve())
+    running = next(run for run in data["runs"] if run["state"] == "running")
+    assert running["final_loss"] is None  # its latest loss (2.5) is not a final one
 
     result = invoke("status", "lf-tiny-qwen3_full", "--runs-dir", runs, "--json")
     assert result.exit_code == 1  # a failed run

@@ -10,13 +10,16 @@ from engine.rundir import RunDir
 
 
 def _finished_run(workspace, when, rank, losses):
-    state = new_state(now=when).replace(model="lf-tiny-qwen3", method="lora", stage="summary", launched=True,
+    model = "/work/cache/models/SmolLM2-135M-Instruct"  # a long local path, as real runs have
+    state = new_state(now=when).replace(model=model, method="lora", stage="summary", launched=True,
                                         diff=[{"parameter": "lora_rank", "default": 8, "new": rank,
                                                "reason": "user-specified"}])
     save_state(state, workspace / "lf_runs")
     run = RunDir(workspace / "lf_runs" / state.run_id)
-    dump_yaml({"finetuning_type": "lora", "lora_rank": rank, "template": "qwen"}, run.path / "sft.yaml")
-    run.update_status(state="completed", stage="sft", model="lf-tiny-qwen3", method="lora", step=len(losses),
+    dump_yaml({"finetuning_type": "lora", "lora_rank": rank, "template": "qwen",
+               "output_dir": f"/work/projects/acme/saves/SmolLM2-135M-Instruct/lora/sft_rank{rank}_{when:%H%M%S}"},
+              run.path / "sft.yaml")
+    run.update_status(state="completed", stage="sft", model=model, method="lora", step=len(losses),
                       total_steps=len(losses), started_at=when.timestamp())
     for step, loss in enumerate(losses, start=1):
         run.append_metric({"step": step, "loss": loss})
@@ -32,19 +35,23 @@ async def test_review_lists_opens_and_compares_runs(workspace):
         await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
         table = app.screen.query_one("#runs")
         assert table.row_count == 2
+        assert table.virtual_size.width <= SIZE[0]  # 80 columns: the id whole, what it already says left out
         ids = [app.screen.rows[i].run_id for i in range(2)]
         assert set(ids) == {first, second}
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_screen(app, "RunScreen"))
         facts = str(app.screen.query_one("#answers").render())
         assert "Hello, I am Ada" in facts
-        assert app.screen.query_one("#config").row_count == 3 and app.screen.query_one("#diff").row_count == 1
+        assert app.screen.query_one("#config").row_count == 4
+        assert app.screen.query_one("#config").virtual_size.width <= SIZE[0]
+        diff = str(app.screen.query_one("#diff").render())
+        assert "lora_rank" in diff and "user-specified" in diff  # as the config stage lists it
         await pilot.press("escape")
         await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
         await pilot.press("space", "down", "space", "c")
         await wait_until(pilot, lambda: on_screen(app, "CompareScreen"))
         difference = app.screen.query_one("#difference")
-        assert difference.row_count == 1
+        assert difference.row_count == 2 and difference.virtual_size.width <= SIZE[0]  # long paths fold
         assert [str(c) for c in difference.get_row_at(0)][0] == "lora_rank"
         chart = str(app.screen.query_one("#chart").render())
         assert "A " in chart and "B " in chart  # two labelled series on one chart

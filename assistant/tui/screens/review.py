@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
@@ -11,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
 from assistant.i18n import t
+from assistant.tui.screens.config import diff_text
 from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import fill_table, fmt_value
 from assistant.tui.widgets.keyhelp import KeyHelp
@@ -43,10 +46,15 @@ class RunsScreen(Screen):
             self.query_one("#review-note", Static).update(t("review.empty"))
 
     def _fill(self) -> None:
-        cells = [[("* " if r.run_id in self.marked else "") + r.run_id, r.model, r.method, r.state, r.steps,
-                  r.final_loss, r.date] for r in self.rows]
         columns = ["run id", t("review.model"), t("review.method"), t("review.state"), t("review.steps"),
                    t("review.loss"), t("review.date")]
+        cells = [[("* " if r.run_id in self.marked else "") + r.run_id, Path(r.model).name or r.model, r.method,
+                  r.state, r.steps, r.final_loss, r.date] for r in self.rows]
+        # The id is never cut; columns it already tells (its model and time) go first when the table is too wide
+        for dropped in (6, 1):
+            if _table_width(columns, cells) <= self.app.size.width - 2:  # the scrollbar
+                break
+            columns, cells = columns[:dropped] + columns[dropped + 1:], [c[:dropped] + c[dropped + 1:] for c in cells]
         fill_table(self.query_one(DataTable), columns, cells, keys=[r.run_id for r in self.rows])
 
     def _current(self) -> review.RunRow | None:
@@ -87,6 +95,11 @@ class RunsScreen(Screen):
             self.app.exit()
 
 
+def _table_width(columns: list[str], cells: list[list]) -> int:
+    """Columns a DataTable of these cells takes: each column's widest cell, plus its padding."""
+    return sum(max(len(str(row[i])) for row in [columns, *cells]) + 2 for i in range(len(columns)))
+
+
 class RunScreen(Screen):
     """One run: its config, the diff vs. the example, the loss curve, validation answers, export folder."""
 
@@ -102,7 +115,7 @@ class RunScreen(Screen):
             yield Static("", id="run-facts")
             yield LossChart(id="chart")
             yield Label(t("config.diff_title"), classes="section")
-            yield DataTable(id="diff", zebra_stripes=True)
+            yield Static("", id="diff")
             yield Label(t("review.config"), classes="section")
             yield DataTable(id="config", zebra_stripes=True)
             yield Label(t("review.answers"), classes="section")
@@ -117,12 +130,11 @@ class RunScreen(Screen):
                  t("summary.export") + " " + display_path(record.export_dir) if record.export_dir else ""]
         self.query_one("#run-facts", Static).update(escape("\n".join(f for f in facts if f)))
         self.query_one("#chart", LossChart).set_series({"loss": record.losses})
-        fill_table(self.query_one("#diff", DataTable),
-                   [t("col.parameter"), t("col.default"), t("col.new"), t("col.reason")],
-                   [[d["parameter"], fmt_value(d["default"], d["parameter"]), fmt_value(d["new"], d["parameter"]),
-                     d["reason"]] for d in record.diff] or [[t("config.no_diff"), "", "", ""]])
+        diff = [[d["parameter"], fmt_value(d["default"], d["parameter"]), fmt_value(d["new"], d["parameter"]),
+                 d["reason"]] for d in record.diff]  # as the config stage showed it: it reads at 80 columns
+        self.query_one("#diff", Static).update(diff_text(diff) if diff else t("config.no_diff"))
         fill_table(self.query_one("#config", DataTable), [t("col.parameter"), t("col.value")],
-                   [[k, fmt_value(v, k)] for k, v in record.config.items()])
+                   [[k, fmt_value(v, k)] for k, v in record.config.items()], width=self.app.size.width - 6)
         answers = [f"[b]{escape(a.get('prompt', ''))}[/b]\n  {t('validate.base')}: {escape(str(a.get('base', '')))}"
                    f"\n  {t('validate.tuned')}: {escape(str(a.get('tuned', '')))}" for a in record.answers]
         self.query_one("#answers", Static).update("\n".join(answers) or t("review.no_answers"))
@@ -151,4 +163,4 @@ class CompareScreen(Screen):
         rows = [[key, fmt_value(a, key), fmt_value(b, key)]
                 for key, a, b in review.config_difference(first.config, second.config)]
         fill_table(self.query_one("#difference", DataTable), [t("col.parameter"), "A", "B"],
-                   rows or [[t("review.same_config"), "", ""]])
+                   rows or [[t("review.same_config"), "", ""]], width=self.app.size.width - 6)

@@ -42,13 +42,18 @@ def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys
             table.add_row(*[str(cell) for cell in row], key=keys[index] if keys else None)
         return
     first = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns) - 1)]
-    last = max(12, width - sum(first) - 2 * len(columns) - 2)
+    room = width - 2 * len(columns) - 2
+    while sum(first) + 12 > room and max(first, default=0) > 12:  # the widest column folds first
+        widest = first.index(max(first))
+        first[widest] = max(12, first[widest] - (sum(first) + 12 - room))
+    last = max(12, room - sum(first))
+    widths = first + [last]
     for index, name in enumerate(columns):
-        table.add_column(name, width=first[index] if index < len(first) else last)
+        table.add_column(name, width=widths[index])
     for index, row in enumerate(rows):
-        value = str(row[-1])
-        lines = max(1, -(-len(value) // last))
-        table.add_row(*[str(cell) for cell in row[:-1]], Text(value, overflow="fold"), height=lines,
+        cells = [str(cell) for cell in row]
+        lines = max(max(1, -(-len(cell) // size)) for cell, size in zip(cells, widths))
+        table.add_row(*[Text(cell, overflow="fold") for cell in cells], height=lines,
                       key=keys[index] if keys else None)
 
 

@@ -74,11 +74,13 @@ def elsewhere_command(state: WizardState, action: str, *words: str | Path) -> st
 
 def display_path(path: str | Path) -> str:
     """A path relative to the working directory when it lies inside it (shorter in tables and commands); the
-    project's own examples/ as examples/...; anything else as it is."""
+    project's own examples as examples/... (where the README names them); anything else as it is, so a path shown
+    always means the same file from where the user is (the project's data/ or models/ seen from elsewhere is not
+    "data")."""
     path = Path(path).expanduser()
-    for base in (Path.cwd(), resource_dir("examples").parent):
+    for base, shown in ((Path.cwd(), Path()), (resource_dir("examples"), Path("examples"))):
         try:
-            return str(path.resolve().relative_to(base.resolve()))
+            return str(shown / path.resolve().relative_to(base.resolve()))
         except ValueError:
             continue
     return str(path)
