@@ -146,7 +146,7 @@ STRINGS: dict[str, str] = {
     "data.adding": "Bringing the file in…",
     "data.added": "Added {name}: copied into {folder} and registered in dataset_info.json.",
     "data.no_folder": "No dataset folder yet: enter one that holds dataset_info.json and press Enter.",
-    "data.fill_title": "{name} contains placeholders. Give their values; a filled copy is registered as {name}{suffix}.",
+    "data.fill_title": "{name} contains placeholders. Give their values; a filled copy is registered as {filled}.",
     "data.filled": "Filled copy written to {path} and registered as {name}.",
     "data.fill_cancelled": "{name} still holds placeholders such as {{{{name}}}}; the model would learn them literally. Continue again to fill them in, or choose another dataset.",
     # --- model

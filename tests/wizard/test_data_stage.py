@@ -45,7 +45,8 @@ def test_templated_dataset_is_filled_into_a_registered_copy(workspace):
     assert "{{" not in filled and "Ada" in filled and "Lab" in filled
     info = json.loads((folder / "dataset_info.json").read_text())
     assert info["identity_custom"]["file_name"] == "identity_custom.json" and "identity" in info
-    # a second fill never overwrites the first copy
+    # a second fill never overwrites the first copy, and the question names the copy it will make
+    assert data.filled_name(folder, "identity", "_custom") == "identity_custom_2"
     again = data.fill_template(state, folder, "identity", {"name": "Bo", "author": "Co"}, "_custom")
     assert again.state.datasets[0] == "identity_custom_2"
     assert "Ada" in (folder / "identity_custom.json").read_text()

@@ -329,7 +329,8 @@ class DataScreen(StageScreen):
             self.wizard.advance(self.STAGE, self.state)
             return
         name, variables = self.pending_fill[0]
-        title = t("data.fill_title", name=name, suffix=self.stage.settings.get("filled_suffix", "_custom"))
+        title = t("data.fill_title", name=name,
+                  filled=data.filled_name(self.folder, name, self.stage.settings.get("filled_suffix", "_custom")))
         suggested = self.stage.settings.get("fill_defaults", {})
         values = values or {var: str(suggested[var]) for var in variables if var in suggested}
         self.app.push_screen(AskValues(title, variables, values, note=t("data.fill_note") if values else ""),

@@ -200,6 +200,21 @@ def _free_name(dataset_dir: Path, source: Path, base: str, registered: dict) -> 
     raise ValueError(f"no free name for {base} in {dataset_dir}")
 
 
+def filled_name(dataset_dir: Path, name: str, suffix: str) -> str:
+    """The name ``fill_template`` will register the filled copy under (the first free one), for the question."""
+    from engine.data.registry import dataset_file_path, get_dataset_spec, load_dataset_info
+    from engine.errors import EngineError
+
+    folder = Path(dataset_dir).resolve()
+    if _is_bundled(folder) and (Path(WORKING_COPY) / "dataset_info.json").is_file():
+        folder = Path(WORKING_COPY).resolve()  # where fill_template writes it
+    try:
+        source = dataset_file_path(get_dataset_spec(name, folder), folder)
+        return _free_name(folder, source, f"{name}{suffix}", load_dataset_info(folder))[0]
+    except (EngineError, ValueError):
+        return f"{name}{suffix}"
+
+
 def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict[str, str], suffix: str) -> Outcome:
     """Write <name><suffix> with every {{var}} replaced, register it, and train on it instead of `name`."""
     empty = [var for var, value in values.items() if not str(value).strip()]
