@@ -85,9 +85,10 @@ async def test_stop_asks_first_then_saves_and_can_resume(workspace):
         await wait_until(pilot, lambda: (app.screen.status.step or 0) >= 2, timeout=180, what="steps")
         await pilot.press("s")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"), what="stop confirmation")
-        await pilot.press("n")  # changed their mind: nothing happens
+        assert "y yes" in str(app.screen.query_one("KeyHelp").render())  # the keys are shown (No has the focus)
+        await pilot.press("n")  # changed their mind: nothing happens, and the screen says so
         await wait_until(pilot, lambda: on_screen(app, "TrainScreen"))
-        assert app.screen.status.state == "running"
+        assert app.screen.status.state == "running" and "Not stopped" in messages(app)
         await pilot.press("s")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"))
         await pilot.press("y")

@@ -335,6 +335,7 @@ class TrainScreen(StageScreen):
 
     def _stop_confirmed(self, yes: bool) -> None:
         if not yes:
+            self.say(info=[t("train.not_stopped")])
             return
         from engine.api import stop
         from engine.errors import EngineError

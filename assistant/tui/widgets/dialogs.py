@@ -136,6 +136,8 @@ class ConfirmDialog(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(t("button.yes"), id="yes", variant="warning")
                 yield Button(t("button.no"), id="no")
+        # No has the focus (the safe answer to Enter), so the keys for both are shown
+        yield KeyHelp([("y", "key.yes"), ("n/Esc", "key.no")])
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
