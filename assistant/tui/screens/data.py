@@ -86,6 +86,8 @@ class DataScreen(StageScreen):
         """The recommended datasets were selected once (never again over the user's own choice)."""
         self.to_select: set[str] = set()
         """A dataset just added: selected when the listing is next filled, beside what was selected."""
+        self.auto_selected: set[str] = set()
+        """What the recommendation selected: a file of the user's own replaces it while it is all that is chosen."""
 
     @property
     def kind(self) -> str:
@@ -185,7 +187,7 @@ class DataScreen(StageScreen):
         self.to_select = set()
         if not keep and not self.preselected and self.listing:
             keep = set(data.recommended(self.listing, self.stage.settings.get("recommended", [])))
-            self.preselected = bool(keep)
+            self.preselected, self.auto_selected = bool(keep), set(keep)
         highlighted = widget.highlighted
         widget.clear_options()
         for row in self.listing:
@@ -290,7 +292,15 @@ class DataScreen(StageScreen):
             self.say(outcome.problems)
             return
         record = outcome.state.onboarded[-1]
-        self.wizard.commit(outcome.state.replace(datasets=[*self.state.datasets, record["name"]]))
+        chosen = list(self.state.datasets)
+        widget = self.query_one("#datasets", SelectionList)
+        if self.auto_selected and set(widget.selected) == self.auto_selected:
+            # the selection is still only our recommendation, not their choice: their own file replaces it
+            chosen = [name for name in chosen if name not in self.auto_selected]
+            for name in self.auto_selected:
+                widget.deselect(name)
+        self.auto_selected = set()
+        self.wizard.commit(outcome.state.replace(datasets=[*chosen, record["name"]]))
         self.folder = Path(outcome.state.dataset_dir)
         self.to_select.add(record["name"])
         # What a conversion left out or changed stays on screen with the result (the listing does not replace it).
