@@ -111,7 +111,8 @@ def _encode_pairs(pairs, eos_id: int | None, template, cutoff_len: int, train_on
 
 
 def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int) -> EncodedSamples:
-    """[{"chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"}] for DPO.
+    """[{"chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels", "prompt"}] for DPO and RM
+    (``prompt``: the last user message as written).
 
     The prompt (all earlier turns included) is shared and masked; only the final chosen / rejected answer is
     labelled. The answer budget is set by the longer of the two, so both are cut at the same prompt length.
@@ -134,7 +135,9 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
             continue
         counts.truncated += int(source_len < len(prompt_ids) or target_len < longest)
         prompt_ids = prompt_ids[:source_len]
-        sample = {}
+        # the question as written (what a reward model's scores are shown against), beside its tokens
+        asked = [m["content"] for m in example.get("messages", []) if m.get("role") == "user"]
+        sample = {"prompt": asked[-1] if asked else ""}
         for key, answer in (("chosen", chosen_ids), ("rejected", rejected_ids)):
             answer = answer[:target_len] + ([eos_id] if extra else [])
             sample[f"{key}_input_ids"] = prompt_ids + answer

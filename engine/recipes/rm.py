@@ -147,8 +147,8 @@ def check_saved_model(output_dir: Path, stepper, scores: ScoreCapture, pairs: li
 
 
 def write_scores(session: Session, pairs: list[dict], chosen: list[float], rejected: list[float]) -> None:
-    """The held-out pairs with the saved model's scores, in the run folder (validation shows them): the prompt
-    and both answers decoded from the tokens that were scored (special tokens left out)."""
+    """The held-out pairs with the saved model's scores, in the run folder (validation shows them): the question as
+    written, and both answers decoded from the tokens that were scored (special tokens left out)."""
     import json
 
     from engine.data.encode import IGNORE_INDEX
@@ -163,7 +163,8 @@ def write_scores(session: Session, pairs: list[dict], chosen: list[float], rejec
         prompt = [i for i, label in zip(pair["chosen_input_ids"], labels) if label == IGNORE_INDEX]
         answer = [i for i, label in zip(pair["chosen_input_ids"], labels) if label != IGNORE_INDEX]
         worse = [i for i, label in zip(pair["rejected_input_ids"], pair["rejected_labels"]) if label != IGNORE_INDEX]
-        rows.append({"prompt": text(prompt), "chosen": text(answer), "rejected": text(worse),
+        asked = pair.get("prompt") or text(prompt)  # data tokenized elsewhere has only the templated tokens
+        rows.append({"prompt": asked, "chosen": text(answer), "rejected": text(worse),
                      "chosen_score": round(float(good), 4), "rejected_score": round(float(bad), 4)})
     write_text_atomic(session.run.held_out_scores_path,
                       "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

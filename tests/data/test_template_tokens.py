@@ -55,7 +55,9 @@ def test_ids_equal_llamafactory(tokenizer, name, index):
         pair = case["pairwise"]
         ranked = {**example, "messages": messages[:-1], "chosen": messages[-1]["content"], "rejected": pair["rejected"]}
         [sample] = encode_preference([ranked], tokenizer, template, 4096)
+        asked = sample.pop("prompt")  # ours beside the tokens: the question as written, for the reward scores
         assert sample == {key: value for key, value in pair.items() if key != "rejected"}
+        assert asked == next(m["content"] for m in reversed(ranked["messages"]) if m["role"] == "user")
 
 
 def test_goldens_cover_the_special_slots(tokenizer):

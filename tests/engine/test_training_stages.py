@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 import engine
+from engine.data import load_examples
 from engine.rundir import RunDir, read_jsonl
 from engine.training.loop import StopFlag
 
@@ -48,6 +49,9 @@ def test_stage_learns_and_changes_its_weights(demo_model_dir, tmp_path, stage):
         assert logged[-1]["accuracy"] > 0.5 and "heldout_accuracy" in status.final_metrics
         scores = read_jsonl(handle.run.held_out_scores_path)  # what validation shows: the held-out pairs scored
         assert len(scores) == 12 and all(row["prompt"] and row["chosen"] != row["rejected"] for row in scores)
+        asked = {m["content"] for e in load_examples("rm_demo", REPO / "data", ranking=True)
+                 for m in e["messages"] if m["role"] == "user"}
+        assert all(row["prompt"] in asked for row in scores)  # the question as written, not the templated prompt
         right = sum(row["chosen_score"] > row["rejected_score"] for row in scores) / len(scores)
         assert right == status.final_metrics["heldout_accuracy"]
     if stage == "kto":
