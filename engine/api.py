@@ -285,7 +285,7 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
     status = run.read_status()
     if status.state == RunState.COMPLETED:
         raise EngineError(f"Run {run.run_id} already completed.")
-    if status.state == RunState.PENDING and status.process is None and status.started_at is None:
+    if status.never_started:
         raise EngineError(f"Run {run.run_id} was prepared but never started (`launch --print` writes such runs): "
                           f"start it with the command that was printed, or train its config again: "
                           f"`lf-assistant train {run.path / (status.stage + '.yaml')}`.")
@@ -333,12 +333,13 @@ def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False
 
     The request is a file in the run folder that every rank agrees on at the next step, so no process is
     signalled. ``force`` also sends SIGTERM to the training's process group, after checking by pid, start time and
-    host that it is that training's process and not another that reused its pid."""
+    host that it is that training's process and not another that reused its pid, and that it holds the run
+    folder's lock (a status file can be edited; the lock cannot be faked by another process)."""
     run = find_run(run_id, runs_dir, prefix=False)
     status = run.read_status()
     if status.state not in LIVE_STATES:
         raise EngineError(f"Run {run.run_id} is not running (state: {status.state}).")
-    if status.state == RunState.PENDING and status.process is None and status.started_at is None:
+    if status.never_started:
         raise EngineError(f"Run {run.run_id} was prepared but never started (`launch --print` writes such runs): "
                           "nothing runs, so there is nothing to stop.")
     if status.process is None:

@@ -235,25 +235,21 @@ def claim_output_dir(folder: str | Path, run_id: str, *, overwrite: bool, resume
     problem = output_dir_problem(folder, run_id, overwrite=overwrite, resume=resume)
     if problem:
         raise EngineError(problem)
-    owner = marker_run(folder)
-    recorded = recorded_entries(folder) if owner == run_id or resume else set()
+    owner, earlier = marker_run(folder), recorded_entries(folder)
     if overwrite and not resume and owner not in (None, run_id):
-        earlier = recorded_entries(folder)
         for name in foreign_entries(folder):
             path = folder / name
             if not _ours(name, earlier):
-                continue  # output_dir_problem refused the folder then; never reached
+                continue  # put there since the check above: never removed
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
+    # A run continued here (resumed, or resuming from another's checkpoints) keeps the list of what was written
+    kept = earlier if owner == run_id or resume else set()
     folder.mkdir(parents=True, exist_ok=True)
-    _write_marker(folder, run_id, recorded)
-
-
-def _write_marker(folder: Path, run_id: str, written: set[str]) -> None:
     write_text_atomic(folder / OUTPUT_MARKER, json.dumps({"run_id": run_id, "claimed_at": time.time(),
-                                                          "written": sorted(written)}))
+                                                          "written": sorted(kept)}))
 
 
 def record_outputs(folder: str | Path, run_id: str, names) -> None:

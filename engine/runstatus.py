@@ -158,6 +158,11 @@ class RunStatus:
     def is_terminal(self) -> bool:
         return self.state.is_terminal
 
+    @property
+    def never_started(self) -> bool:
+        """Prepared and not started: no process was ever recorded (`launch --print` writes such runs)."""
+        return self.state == RunState.PENDING and self.process is None and self.started_at is None
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["state"] = str(self.state)
