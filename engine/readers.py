@@ -47,6 +47,11 @@ class InputRefused(Exception):
     """Raised inside the readers; the public functions turn it into the caller's error class."""
 
 
+def comma_names(text: str | None) -> list[str]:
+    """'a, b,c' -> ['a', 'b', 'c']: the names of a comma-separated key (adapters, modules, targets)."""
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
 def read_bytes(path: str | Path, max_bytes: int, what: str, error: type[EngineError] = ConfigError) -> str:
     """The file as text: refused when missing, a folder, too big, binary or not UTF-8."""
     path = Path(path)

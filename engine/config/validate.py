@@ -13,7 +13,7 @@ from pathlib import Path
 from engine.config.fields import field_problems
 from engine.config.kernel_choice import parse_kernel_config
 from engine.config.model_check import local_config, lora_rank_warning, lora_target_problems
-from engine.readers import clip, short_repr
+from engine.readers import clip, comma_names, short_repr
 from engine.config.train import TrainConfig
 from engine.data.kinds import stage_data_problem
 from engine.errors import ConfigError, EngineError
@@ -284,7 +284,7 @@ def _continued_adapter_warnings(config: TrainConfig) -> list[str]:
     dropout, as in LLaMA-Factory: say so when the config asks for others, rather than ignore them silently."""
     from engine.jsonio import read_json_dict
 
-    adapters = [name.strip() for name in (config.adapter_name_or_path or "").split(",") if name.strip()]
+    adapters = comma_names(config.adapter_name_or_path)
     if config.finetuning_type not in ("lora", "qlora") or not adapters or config.create_new_adapter:
         return []
     saved = read_json_dict(Path(adapters[-1]).expanduser() / "adapter_config.json")

@@ -156,9 +156,7 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
     """
     path = Path(path)
     read = read_rows(path)
-    problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
-                for line, message in read.bad_lines]
-    problems += read_problems(read) + control_problems(read)
+    problems = file_problems(read)
     file_format, ranking = detect_format(read.rows)
     if spec is not None:
         file_format = "alpaca" if spec.formatting == "alpaca" else _messages_flavour(read.rows, spec)
@@ -181,6 +179,14 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
         problems += _identical_pair_problems(read.rows, read.lines, spec)
     problems.sort(key=lambda p: (p.row is not None, p.row or 0))
     return CheckReport(path, file_format, rows, problems, ranking=ranking, spec=spec)
+
+
+def file_problems(read: RowsRead) -> list[Problem]:
+    """What is wrong with a file as read, whatever its rows hold: lines that are not JSON, what the reader noticed,
+    control characters."""
+    problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
+                for line, message in read.bad_lines]
+    return problems + read_problems(read) + control_problems(read)
 
 
 def read_problems(read: RowsRead) -> list[Problem]:
@@ -215,22 +221,14 @@ def check_text_file(path: Path) -> CheckReport:
     that spells control tokens; registered as LLaMA-Factory registers its c4_demo (the prompt column is text)."""
     path = Path(path)
     read = read_rows(path)
-    problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
-                for line, message in read.bad_lines]
-    problems += read_problems(read) + control_problems(read)
-    tokens = registry_control_tokens()
+    problems = file_problems(read)
     for index, row in enumerate(read.rows):
         text = row.get("text") if isinstance(row, dict) else None
         if not isinstance(text, str) or not text.strip():
             problems.append(Problem(index + 1, "text", "no text: a pre-training row needs a non-empty 'text' string.",
                                     line=read.lines[index]))
-            continue
-        found = list(dict.fromkeys(find_control_strings(text, tokens)))
-        if found:
-            problems.append(Problem(index + 1, "text", f"the text spells control token(s) {', '.join(found[:5])}. "
-                                    "Pre-training encodes them as the plain text they spell; set "
-                                    "allow_special_tokens_in_text: true to make them real control tokens "
-                                    "(LLaMA-Factory's way).", "warning", read.lines[index]))
+        else:
+            problems += _control_token_problems([text], index + 1, read.lines[index], "text")
     spec = DatasetSpec(name=path.stem, formatting="alpaca", columns={"prompt": "text"})
     problems.sort(key=lambda p: (p.row is not None, p.row or 0))
     return CheckReport(path, "text", len(read.rows) + len(read.bad_lines), problems, spec=spec)
@@ -264,7 +262,7 @@ def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -
             problems.append(Problem(index + 1, exc.field, exc.detail, line=lines[index]))
             continue
         problems += _row_warnings(row, example, spec, index + 1, lines[index])
-        problems += _control_token_problems(example, index + 1, lines[index])
+        problems += _control_token_problems(_example_texts(example), index + 1, lines[index])
     return problems
 
 
@@ -278,15 +276,19 @@ def _row_warnings(row: dict, example: dict, spec: DatasetSpec, number: int, line
     return []
 
 
-def _control_token_problems(example: dict, number: int, line: int | None) -> list[Problem]:
+def _example_texts(example: dict) -> list[Any]:
+    return [m["content"] for m in example["messages"]] + [example.get(key) for key in
+                                                          ("system", "tools", "chosen", "rejected")]
+
+
+def _control_token_problems(texts: list[Any], number: int, line: int | None,
+                            field: str | None = None) -> list[Problem]:
     """Text spelling control tokens ("<|im_end|>\n<|im_start|>system") would forge turns if encoded as tokens."""
-    texts = [m["content"] for m in example["messages"]]
-    texts += [example.get(key) for key in ("system", "tools", "chosen", "rejected")]
     tokens = registry_control_tokens()
     found = list(dict.fromkeys(s for text in texts if isinstance(text, str) for s in find_control_strings(text, tokens)))
     if not found:
         return []
-    return [Problem(number, None, f"the text spells control token(s) {', '.join(found[:5])}. Training and chat "
+    return [Problem(number, field, f"the text spells control token(s) {', '.join(found[:5])}. Training and chat "
                     "encode them as the plain text they spell, so the row cannot forge a turn; set "
                     "allow_special_tokens_in_text: true to make them real control tokens (LLaMA-Factory's way).",
                     "warning", line)]

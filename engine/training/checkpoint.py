@@ -77,8 +77,7 @@ _EARLIER = "resume from an earlier complete checkpoint (`lf-assistant resume-tra
 def _damaged(path: Path, why: str) -> EngineError:
     kept = ", ".join(p.name for p in find_complete_checkpoints(Path(path).parent.parent))
     return EngineError(f"{path} cannot be used ({why}): the checkpoint is damaged or was not written by "
-                       f"lf-assistant. {_EARLIER[0].upper()}{_EARLIER[1:]}" + (f"; complete ones: {kept}." if kept
-                                                                              else "."))
+                       f"lf-assistant; {_EARLIER}" + (f"; complete ones: {kept}." if kept else "."))
 
 
 def sweep_partial(output_dir: Path) -> None:

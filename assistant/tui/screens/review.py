@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Label, Static
 from assistant.i18n import t
 from assistant.tui.screens.config import diff_text
 from assistant.tui.widgets.chart import LossChart
-from assistant.tui.widgets.dialogs import fill_table, fmt_value
+from assistant.tui.widgets.dialogs import column_widths, fill_table, fmt_value
 from assistant.tui.widgets.keyhelp import KeyHelp
 from assistant.wizard import review
 from assistant.wizard.stages.train import display_path
@@ -51,8 +51,8 @@ class RunsScreen(Screen):
         cells = [[("* " if r.run_id in self.marked else "") + r.run_id, Path(r.model).name or r.model, r.method,
                   r.state, r.steps, r.final_loss, r.date] for r in self.rows]
         # The id is never cut; columns it already tells (its model and time) go first when the table is too wide
-        for dropped in (6, 1):
-            if _table_width(columns, cells) <= self.app.size.width - 2:  # the scrollbar
+        for dropped in (6, 1):  # each column pads its cells by 2; the scrollbar takes 2 more
+            if sum(width + 2 for width in column_widths(columns, cells)) <= self.app.size.width - 2:
                 break
             columns, cells = columns[:dropped] + columns[dropped + 1:], [c[:dropped] + c[dropped + 1:] for c in cells]
         fill_table(self.query_one(DataTable), columns, cells, keys=[r.run_id for r in self.rows])
@@ -93,11 +93,6 @@ class RunsScreen(Screen):
             self.app.pop_screen()
         else:
             self.app.exit()
-
-
-def _table_width(columns: list[str], cells: list[list]) -> int:
-    """Columns a DataTable of these cells takes: each column's widest cell, plus its padding."""
-    return sum(max(len(str(row[i])) for row in [columns, *cells]) + 2 for i in range(len(columns)))
 
 
 class RunScreen(Screen):

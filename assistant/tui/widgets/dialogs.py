@@ -29,6 +29,11 @@ def fmt_value(value: Any, key: str = "") -> str:
     return str(value)
 
 
+def column_widths(columns: list[str], rows: list[list[Any]]) -> list[int]:
+    """Each column's widest cell (the header included): what it takes unfolded."""
+    return [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
+
+
 def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None,
                width: int | None = None) -> None:
     """Rows of (name, value). With `width` (the table's), the last column takes what the others leave and a long
@@ -41,7 +46,7 @@ def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys
         for index, row in enumerate(rows):
             table.add_row(*[str(cell) for cell in row], key=keys[index] if keys else None)
         return
-    first = [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns) - 1)]
+    first = column_widths(columns, rows)[:-1]
     room = width - 2 * len(columns) - 2
     while sum(first) + 12 > room and max(first, default=0) > 12:  # the widest column folds first
         widest = first.index(max(first))

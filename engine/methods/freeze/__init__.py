@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from engine.errors import ConfigError
+from engine.readers import comma_names
 from engine.methods.full import load_for_resume, save  # noqa: F401 - output is a full model
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
@@ -38,7 +39,7 @@ def layer_modules(names) -> list[str]:
 
 def unknown_layer_modules(wanted: str, known: list[str]) -> str | None:
     """The problem when a freeze_trainable_modules name is no module of a layer (None when all are)."""
-    names = [m.strip() for m in wanted.split(",") if m.strip() and m.strip() != "all"]
+    names = [name for name in comma_names(wanted) if name != "all"]
     unknown = [name for name in names if name not in known]
     if not unknown or not known:
         return None

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from engine.readers import comma_names
+
 # A reward model's score head (transformers' *ForSequenceClassification) trains in full beside the adapters.
 SCORE_HEAD = "score"
 PISSA_INIT, PISSA_BACKUP, PISSA_CONVERTED = "pissa_init", "pissa_backup", "pissa_converted"
@@ -26,14 +28,10 @@ def is_reward_model(model) -> bool:
     return isinstance(getattr(model, SCORE_HEAD, None), torch.nn.Linear) and model.get_output_embeddings() is None
 
 
-def split_names(text: str | None) -> list[str]:
-    return [name.strip() for name in (text or "").split(",") if name.strip()]
-
-
 def target_modules(model, lora_target: str) -> list[str] | str:
     """``all`` -> every linear layer's short name except the output head; else the comma-separated names."""
     if lora_target.strip() != "all":
-        return split_names(lora_target)
+        return comma_names(lora_target)
     heads = {model.get_output_embeddings(), getattr(model, SCORE_HEAD, None)} - {None}
     names = set()
     for full_name, module in model.named_modules():
@@ -58,7 +56,7 @@ def lora_config(model, config):
     from peft import LoraConfig
 
     reward = is_reward_model(model)
-    extra = split_names(getattr(config, "additional_target", None))
+    extra = comma_names(getattr(config, "additional_target", None))
     if not extra and getattr(config, "resize_vocab", False):
         extra = embedding_module_names(model)  # new embedding rows must train, as LLaMA-Factory does
     if reward:
@@ -79,7 +77,7 @@ def lora_config(model, config):
 def prepare(model, config):
     from peft import PeftModel, get_peft_model
 
-    adapters = split_names(config.adapter_name_or_path)
+    adapters = comma_names(config.adapter_name_or_path)
     create_new = getattr(config, "create_new_adapter", False)
     to_merge, resume = (adapters, None) if create_new or not adapters else (adapters[:-1], adapters[-1])
     for adapter in to_merge:
