@@ -8,6 +8,7 @@ trainings can never share a folder. Nothing here imports torch at module import;
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -287,8 +288,8 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
         raise EngineError(f"Run {run.run_id} already completed.")
     if status.never_started:
         raise EngineError(f"Run {run.run_id} was prepared but never started (`launch --print` writes such runs): "
-                          f"start it with the command that was printed, or train its config again: "
-                          f"`lf-assistant train {run.path / (status.stage + '.yaml')}`.")
+                          f"start it with the command that was printed, or train it in its own folder: "
+                          f"`{_start_prepared_command(run, status.stage)}`.")
     start_from = _checkpoint_name(checkpoint, status.output_dir) if checkpoint is not None else "auto"
     locks = _take_locks(run, status.output_dir)  # a live run holds them: refused, naming it
     try:
@@ -311,6 +312,12 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
         return RunHandle(run, launch_detached(run, status.stage, env=env, locks=locks))
     _train_here(load_config(config_path), run, locks, None)
     return RunHandle(run, None)
+
+
+def _start_prepared_command(run: RunDir, stage: str) -> str:
+    """`lf-assistant train RUN/STAGE.yaml --run-id ID --runs-dir RUNS`: a prepared run trains in its own folder."""
+    words = ["train", str(run.path / f"{stage}.yaml"), "--run-id", run.run_id, "--runs-dir", str(run.path.parent)]
+    return "lf-assistant " + shlex.join(words)
 
 
 def _checkpoint_name(checkpoint: str | int, output_dir: str | None) -> str:

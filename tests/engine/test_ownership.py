@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import shlex
 import signal
 import subprocess
 import sys
@@ -244,10 +245,18 @@ def test_a_run_that_was_only_prepared_is_not_resumed(demo_model_dir, tmp_path):
     from engine.api import prepare_run
 
     prepare_run(config(demo_model_dir, tmp_path / "out"), runs_dir=tmp_path / "runs", run_id="printed")
+    refusals = []
     for act in (lambda: engine.resume("printed", runs_dir=tmp_path / "runs", detach=False),
                 lambda: engine.stop("printed", runs_dir=tmp_path / "runs")):
-        with pytest.raises(EngineError, match="prepared but never started"):
+        with pytest.raises(EngineError, match="prepared but never started") as refused:
             act()
+        refusals.append(str(refused.value))
+    # the command resume names trains in the prepared folder; no second run folder appears
+    command = shlex.split(refusals[0].rsplit("`", 2)[-2])
+    assert command[:2] == ["lf-assistant", "train"] and command[command.index("--run-id") + 1] == "printed"
+    handle = engine.train(command[2], run_id="printed", runs_dir=command[command.index("--runs-dir") + 1])
+    assert handle.run.run_id == "printed" and handle.status().state == "completed"
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["printed"]
 
 
 def test_a_diverging_run_fails_loudly_and_saves_nothing(demo_model_dir, tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """The "write the configs, I run them elsewhere" route: every YAML is shown, confirmed, written; nothing runs."""
 
 import json
+import shlex
 
 import yaml
 from assistant.command import self_command
@@ -35,6 +36,10 @@ async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(worksp
         assert "lf-assistant train lf_runs/" in str(app.screen.query_one("#command").render())
         # the command runs in a fresh shell: this installation's script, not a bare name PATH may not know
         assert f"{self_command()} train lf_runs/" in " ".join(str(app.screen.query_one("#command").render()).split())
+        # it trains in the folder the wizard prepared, not a second one
+        words = shlex.split(" ".join(str(app.screen.query_one("#command").render()).split()))
+        assert words[words.index("--run-id") + 1] == app.state.run_id
+        assert (workspace / words[words.index("--runs-dir") + 1]).resolve() == run.parent.resolve()
         assert not app.state.launched
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="infer.yaml table")

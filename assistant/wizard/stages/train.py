@@ -57,8 +57,12 @@ def launch(state: WizardState, run, stage: str = "sft") -> Any:
 
 
 def launch_command(state: WizardState, run_folder: Path, config_file: str = "sft.yaml") -> str:
-    """The exact command for running the written config elsewhere (execution: write_only)."""
-    return elsewhere_command(state, "train", Path(run_folder) / config_file)
+    """The exact command for running the written config elsewhere (execution: write_only). It trains in the run
+    folder the wizard prepared (its id and runs folder named), so the run the wizard tracks is the one that trains
+    and no second folder appears beside it."""
+    run_folder = Path(run_folder)
+    return elsewhere_command(state, "train", run_folder / config_file, "--run-id", run_folder.name,
+                             "--runs-dir", run_folder.parent)
 
 
 def elsewhere_command(state: WizardState, action: str, *words: str | Path) -> str:
