@@ -180,20 +180,22 @@ def stamp_of(run_id: str) -> datetime | None:
 
 
 def rename_for_model(state: WizardState, runs_dir: str | Path | None = None) -> WizardState:
-    """Give a draft run its final id <model>_<method>_<stamp> (same stamp), moving the folder.
+    """Give the run its id <model>_<method>_<stamp> (the draft's stamp kept), moving the folder; again after the
+    user went back and chose another model or method.
 
-    Only while nothing but the wizard's own files is in the folder: once a config was written or training
-    started, the id is fixed.
+    Only while nothing but the wizard's own files is in the folder: once a config was written (status.json) or
+    training started, the id is fixed.
     """
-    if not state.model or not state.run_id.startswith(DRAFT_PREFIX + "_"):
+    stamp = stamp_of(state.run_id)
+    if not state.model or stamp is None:
         return state
     model_name = state.model_path or state.model
     kind = state.method or "lora"
     if state.workflow not in (None, "sft"):
         kind = f"{kind}-{state.workflow}"
-    new_id = new_run_id(model_name, kind, when=stamp_of(state.run_id))
+    new_id = new_run_id(model_name, kind, when=stamp)
     old_folder, new_folder = run_path(state, runs_dir), runs_root(runs_dir) / new_id
-    if new_folder.exists() or (old_folder / "status.json").exists():
+    if new_id == state.run_id or new_folder.exists() or (old_folder / "status.json").exists():
         return state
     if old_folder.exists():
         old_folder.rename(new_folder)

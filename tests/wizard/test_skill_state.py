@@ -72,8 +72,13 @@ def test_draft_run_is_renamed_after_the_model_keeping_its_stamp(workspace):
     assert renamed.run_id == f"qwen3-0.6b_lora_{stamp}"
     assert (workspace / "lf_runs" / renamed.run_id / "state.json").is_file()
     assert not (workspace / "lf_runs" / state.run_id).exists()
-    # once named, it stays named
-    assert rename_for_model(renamed.replace(model="other/model"), "lf_runs").run_id == renamed.run_id
+    # back at stage 0 with another model and method: the id follows them, keeping the stamp
+    again = rename_for_model(renamed.replace(model="other/Llama-3", method="qlora"), "lf_runs")
+    assert again.run_id == f"llama-3_qlora_{stamp}" and (workspace / "lf_runs" / again.run_id).is_dir()
+    assert not (workspace / "lf_runs" / renamed.run_id).exists()
+    # once the engine wrote into the folder (a config), the id is fixed
+    (workspace / "lf_runs" / again.run_id / "status.json").write_text("{}")
+    assert rename_for_model(again.replace(model="Qwen/Qwen3-0.6B"), "lf_runs").run_id == again.run_id
 
 
 def test_catalogs_have_the_same_keys_and_placeholders():
