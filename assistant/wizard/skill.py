@@ -110,6 +110,11 @@ class Skill:
                 return candidate
         return None
 
+    def stage_number(self, stage_id: str) -> int | None:
+        """The number of the board line a stage belongs to (the screen header shows it, so the two agree)."""
+        line = self.stage(stage_id).board
+        return self.board.index(line) if line in self.board else None
+
     def board_marks(self, current: str, done: set[str] | list[str], answers: Mapping[str, Any]) -> list[tuple[str, Mark]]:
         """(board line, mark) for every line: skipped when none of its stages apply, current when the current stage
         belongs to it, done when all applicable ones are done."""

@@ -27,6 +27,25 @@ def test_every_stage_has_a_screen_and_every_label_exists(skill):
         assert f"board.{line}" in i18n.CATALOGS["zh"]
 
 
+def test_screen_headers_number_stages_as_the_board_does():
+    from assistant.tui.widgets.board import board_text
+    from assistant.wizard.skill import load_skill
+
+    for name in ("sft", "dpo", "kto", "pt", "rm"):
+        skill = load_skill(name)
+        board = board_text(skill.board_marks("flow", [], {}), run_id="r", device="CPU", fetch=None).plain
+        for stage in skill.stages:
+            number = skill.stage_number(stage.id)
+            if stage.board is None:
+                assert number is None
+                continue
+            assert f"{number}. {i18n.t('board.' + stage.board)}" in board, (name, stage.id)
+    sft = load_skill("sft")
+    assert sft.stage_number("gpu") == sft.stage_number("model") == 2  # the Device screen is part of the model line
+    assert sft.stage_number("loss") == sft.stage_number("train") == 4
+    assert sft.stage_number("export") == len(sft.board) - 1 == 6
+
+
 def test_sft_only_skips_validation_and_export_but_keeps_them_on_the_board(skill):
     answers = {"scope": "sft", "execution": "run_here", "method": "lora"}
     assert skill.next_stage("loss", answers) == "summary"

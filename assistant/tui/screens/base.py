@@ -51,12 +51,18 @@ class StageScreen(Screen):
         with Horizontal(id="frame"):
             yield ProgressBoard(id="board")
             with Vertical(id="main"):
-                yield Static(t(self.stage.title_key), id="stage-title")
+                yield Static(self.header(), id="stage-title")
                 with (VerticalScroll if self.BODY_SCROLLS else Vertical)(id="body"):
                     yield from self.compose_body()
                 with VerticalScroll(id="messages-box"):
                     yield Static("", id="messages")
         yield KeyHelp(self.KEYS, id="keyhelp")
+
+    def header(self) -> str:
+        """`Stage N · Title`, N being the stage's line on the progress board (the Device screen is part of 2)."""
+        title = t(self.stage.title_key)
+        number = self.wizard.skill.stage_number(self.STAGE)
+        return title if number is None else t("stage.header", number=number, title=title)
 
     def compose_body(self) -> ComposeResult:
         yield from ()

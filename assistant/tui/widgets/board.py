@@ -34,8 +34,8 @@ def board_text(marks: list[tuple[str, str]], *, run_id: str, device: str, fetch:
     """Plain data in, styled text out (kept free of app state so it is easy to test)."""
     text = Text()
     text.append(t("board.title") + "\n", style="bold")
-    for line, mark in marks:
-        text.append(f"{MARK_TEXT[mark]} {t('board.' + line)}\n", style=MARK_STYLE[mark])
+    for number, (line, mark) in enumerate(marks):  # numbered as the screen headers are (Skill.stage_number)
+        text.append(f"{MARK_TEXT[mark]} {number}. {t('board.' + line)}\n", style=MARK_STYLE[mark])
     text.append("\n" + t("board.run") + "\n", style="bold")
     text.append(short_run_id(run_id) + "\n", style="cyan")
     text.append(t("board.device", device=device) + "\n")
