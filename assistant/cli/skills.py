@@ -24,7 +24,7 @@ MARKER = "generator: lf-assistant"
 QUESTIONS: tuple[tuple[str, str, str], ...] = (
     ("0 flow", "Workflow (`workflow`)", "`stage: sft`; DPO, ORPO, SimPO: `stage: dpo` with `pref_loss: sigmoid`, "
                                         "`orpo` or `simpo`"),
-    ("0 flow", "Scope (`scope`)", "SFT only: stop after `train`; full flow: also `chat --prompts` and `export`"),
+    ("0 flow", "Scope (`scope`)", "Training only: stop after `train`; full flow: also `chat --prompts` and `export`"),
     ("0 flow", "Execution (`execution`)", "run here: `train --detach`; only write configs: `train --check`, then "
                                           "`lf-assistant train CONFIG` elsewhere; browser: `lf-assistant web`"),
     ("0 flow", "Fine-tuning type (`method`)", "`finetuning_type: lora`, `full` or `freeze`; QLoRA: "

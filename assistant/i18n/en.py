@@ -81,7 +81,7 @@ STRINGS: dict[str, str] = {
     "q.workflow.dpo": "DPO: prefer chosen over rejected",
     "q.workflow.orpo": "ORPO: preference + SFT, no reference model",
     "q.workflow.simpo": "SimPO: length-normalised, no reference",
-    "q.scope.sft": "SFT only (data, model, config, training)",
+    "q.scope.sft": "Training only (no validation or export)",
     "q.scope.full": "Full flow (+ validation, export)",
     "q.execution.prompt": "Execution",
     "q.execution.run_here": "Run here, managed for you",

@@ -81,7 +81,7 @@ STRINGS: dict[str, str] = {
     "q.workflow.dpo": "DPO：在两个回答中偏向被选中的那个",
     "q.workflow.orpo": "ORPO：偏好 + SFT，无需参考模型",
     "q.workflow.simpo": "SimPO：按长度归一，无需参考模型",
-    "q.scope.sft": "仅 SFT（数据、模型、配置、训练）",
+    "q.scope.sft": "仅训练（不做效果验证与模型导出）",
     "q.scope.full": "完整流程（另含效果验证与模型导出）",
     "q.execution.prompt": "执行方式",
     "q.execution.run_here": "在这里运行，由助手管理",

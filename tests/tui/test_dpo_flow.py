@@ -21,7 +21,7 @@ async def _choose_dpo(pilot, app, *, sft_only: bool) -> None:
     assert "●" not in str(app.screen.query_one("#workflow--sft", RadioButton).render())
     assert "(recommended)" in str(app.screen.query_one("#method--lora", RadioButton).label)
     if sft_only:
-        await pilot.press("tab", "up", "enter")  # scope: SFT only (no validation / export)
+        await pilot.press("tab", "up", "enter")  # scope: training only (no validation / export)
     await pilot.press("ctrl+n")
     await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.folder is not None, what="data")
     assert app.state.workflow == "dpo"

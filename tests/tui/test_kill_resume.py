@@ -18,7 +18,7 @@ async def _edit(pilot, app, key: str, value: str) -> None:
 
 
 async def _launch_long_run(pilot, app) -> None:
-    await pilot.press("tab", "up", "enter", "ctrl+n")  # past the workflow (SFT) to the scope: SFT only
+    await pilot.press("tab", "up", "enter", "ctrl+n")  # past the workflow (SFT) to the scope: training only
     await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts)
     choose_datasets(app, "alpaca_demo")
     await pilot.press("ctrl+n")

@@ -8,7 +8,7 @@ from pilot_helpers import SIZE, choose_datasets, make_app, on_screen, wait_until
 async def test_quit_at_config_and_resume_there_with_the_same_answers(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        # stage 0: workflow SFT (the default), SFT only (up from the default, full flow), full fine-tuning (down
+        # stage 0: workflow SFT (the default), training only (up from the default, full flow), full fine-tuning (down
         # from LoRA)
         await pilot.press("tab", "up", "enter", "tab", "tab", "down", "enter", "ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "DataScreen"))
