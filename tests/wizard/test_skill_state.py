@@ -27,6 +27,18 @@ def test_every_stage_has_a_screen_and_every_label_exists(skill):
         assert f"board.{line}" in i18n.CATALOGS["zh"]
 
 
+def test_every_way_a_model_is_had_reads_in_each_language():
+    """The model stage says how the recommended model is had in the UI's language, not the engine's English."""
+    import typing
+
+    from engine.models.availability import How
+
+    for lang in i18n.LANGUAGES:
+        for how in set(typing.get_args(How)) - {"none"}:
+            text = i18n.CATALOGS[lang][f"model.how.{how}"]
+            assert "{detail}" not in text, (lang, how)
+
+
 def test_screen_headers_number_stages_as_the_board_does():
     from assistant.tui.widgets.board import board_text
     from assistant.wizard.skill import load_skill

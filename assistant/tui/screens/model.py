@@ -94,7 +94,8 @@ class ModelScreen(StageScreen):
         elif available is None:
             text = t("model.checking", model=real)
         elif available.obtainable:
-            text = t("model.recommended_real", model=real, how=available.detail)
+            how = t(f"model.how.{available.how}", path=available.path or "", detail=available.detail)
+            text = t("model.recommended_real", model=real, how=how)
         else:
             text = t("model.recommended_demo", model=demo, real=real, why=available.detail)
         self.query_one("#recommended", Static).update(escape(text))
