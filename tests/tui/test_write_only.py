@@ -25,6 +25,11 @@ async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(worksp
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), what="config screen")
         shown = dict(app.screen.built.config)
+        # the key help folds between keys onto a second line rather than cutting ^Q and F2 off at 80 columns
+        keyhelp = app.screen.query_one("#keyhelp")
+        lines = str(keyhelp.render()).splitlines()
+        assert len(lines) == 2 and all(len(line) <= keyhelp.size.width for line in lines)
+        assert "^Q quit" in lines[-1] and lines[-1].endswith("F2 runs") and "Enter edit" in lines[0]
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="sft.yaml table")
         table_rows = dict(app.screen.rows)

@@ -58,7 +58,7 @@ class ConfigScreen(StageScreen):
     STAGE = "config"
     BODY_SCROLLS = False
     KEYS = [("Enter", "key.edit"), ("d", "key.diff"), ("a", "key.all"), ("e", "key.any"), ("f", "key.accept"),
-            ("^N", "key.next"), ("Esc", "key.back")]
+            ("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit"), ("F2", "key.runs")]
     BINDINGS = [Binding("a", "toggle_all", show=False), Binding("e", "edit_any", show=False),
                 Binding("f", "accept_fix", show=False), Binding("d", "switch_view", show=False)]
 
