@@ -71,11 +71,19 @@ def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_siz
                               on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"wrote {len(rows)} answers to [bold]{safe(out)}[/] "
                   f"(template {safe(rows[0]['template']) if rows else '-'})")
+    def shown(text: str | None, cut: bool) -> str:  # "…" where the line or max_new_tokens cut the answer
+        text = text or ""
+        return safe(text[:100]) + ("…" if cut or len(text) > 100 else "")
+
     for row in rows[:3]:
-        console.print(f"  [dim]prompt:[/] {safe(row['prompt'][:100])}", markup=True, soft_wrap=True)
+        console.print(f"  [dim]prompt:[/] {shown(row['prompt'], False)}", markup=True, soft_wrap=True)
         if base:
-            console.print(f"  [dim]base:  [/] {safe((row['base'] or '')[:100])}", markup=True, soft_wrap=True)
-        console.print(f"  [dim]tuned: [/] {safe(row['tuned'][:100])}", markup=True, soft_wrap=True)
+            console.print(f"  [dim]base:  [/] {shown(row['base'], row.get('base_cut') is True)}", markup=True,
+                          soft_wrap=True)
+        console.print(f"  [dim]tuned: [/] {shown(row['tuned'], row.get('tuned_cut') is True)}", markup=True,
+                      soft_wrap=True)
+    if any(row.get("tuned_cut") or row.get("base_cut") for row in rows):
+        console.print("  answers ending in … ran to max_new_tokens; raise it in the config to see them whole")
 
 
 def _interactive(console, infer, system: str | None) -> None:

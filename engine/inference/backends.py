@@ -73,8 +73,8 @@ class VllmBackend:
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], sampling, lora_request=lora)
         if on_batch:
             on_batch(len(prompts))
-        return [Generation(text=o.outputs[0].text, new_tokens=len(o.outputs[0].token_ids), time_s=0.0)
-                for o in outputs]
+        return [Generation(text=o.outputs[0].text, new_tokens=len(o.outputs[0].token_ids), time_s=0.0,
+                           cut=o.outputs[0].finish_reason == "length") for o in outputs]
 
     def close(self) -> None:
         self.llm = None
@@ -107,12 +107,19 @@ class SglangBackend:
         if on_batch:
             on_batch(len(prompts))
         return [Generation(text=o["text"], new_tokens=int(o.get("meta_info", {}).get("completion_tokens", 0)),
+                           cut=_sglang_finish(o) == "length",
                            time_s=0.0) for o in outputs]
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.shutdown()
         self.engine = None
+
+
+def _sglang_finish(output: dict) -> str | None:
+    """Why SGLang ended an answer: meta_info.finish_reason is {"type": "length" | "stop" | ..., ...}."""
+    reason = output.get("meta_info", {}).get("finish_reason")
+    return reason.get("type") if isinstance(reason, dict) else reason
 
 
 BACKEND_CLASSES = {"vllm": VllmBackend, "sglang": SglangBackend}

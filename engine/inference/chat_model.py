@@ -95,9 +95,12 @@ class HFBackend:
                 output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             elapsed = time.perf_counter() - began
             for row, index in enumerate(chunk):
-                answer = self._answer_ids(output[row, input_ids.shape[1]:].tolist())
+                new_ids = output[row, input_ids.shape[1]:].tolist()
+                answer = self._answer_ids(new_ids)
                 text = self.tokenizer.decode(answer, skip_special_tokens=settings["skip_special_tokens"])
-                results[index] = Generation(text=text, new_tokens=len(answer), time_s=elapsed / len(chunk))
+                # no stop token: the row ran to max_new_tokens (a row that stopped is padded after its stop token)
+                results[index] = Generation(text=text, new_tokens=len(answer), time_s=elapsed / len(chunk),
+                                            cut=len(answer) == len(new_ids))
             if on_batch:
                 on_batch(len(chunk))
         return results  # type: ignore[return-value]

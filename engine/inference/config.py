@@ -71,8 +71,10 @@ def result_model_keys(output_dir: str | Path, *, base_model: str, method: str, t
 
 @dataclass
 class Generation:
-    """One answer: its text, how many tokens it took, and its share of the batch's wall time."""
+    """One answer: its text, how many tokens it took, its share of the batch's wall time, and whether it was cut
+    at max_new_tokens instead of ending with a stop token."""
 
     text: str
     new_tokens: int
     time_s: float
+    cut: bool = False

@@ -110,13 +110,15 @@ def run_validation(config: InferConfig, prompts_path: str | Path, out_path: str 
     rows = []
     for (conversation, expected), answer, reference in zip(prompt_rows, tuned, base_answers):
         row = {"prompt": prompt_text(conversation), "base": reference.text if reference else None,
-               "tuned": answer.text, "template": template_name, "time_s": round(answer.time_s, 4)}
+               "tuned": answer.text, "template": template_name, "time_s": round(answer.time_s, 4),
+               "tuned_cut": answer.cut}  # ran to max_new_tokens: the text is not the whole answer
         if expected is not None:
             row["reference"] = expected  # the answer the data gives (a held-out row), shown beside the model's
         if len(conversation) > 1:
             row["messages"] = conversation
         if reference:
             row["base_time_s"] = round(reference.time_s, 4)
+            row["base_cut"] = reference.cut
         rows.append(row)
     write_jsonl_atomic(Path(out_path), rows)
     return rows

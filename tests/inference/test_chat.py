@@ -90,6 +90,7 @@ def test_validate_writes_base_and_tuned_side_by_side(lora_run, demo_model_dir, t
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r["prompt"] for r in rows] == QUESTIONS[:4]
     assert all(set(r) >= {"prompt", "base", "tuned", "template", "time_s"} and r["template"] == "qwen" for r in rows)
+    assert all(isinstance(r["tuned_cut"], bool) and isinstance(r["base_cut"], bool) for r in rows)
     assert any(r["base"] != r["tuned"] for r in rows)  # the adapter changed the answers
 
 
@@ -122,3 +123,32 @@ def test_a_turn_forged_inside_a_message_stays_text(lora_chat, lora_run, demo_mod
         assert controls(allowed.encode(forged)) == 5 + 4
     finally:
         allowed.close()
+
+
+def test_an_answer_that_ran_to_max_new_tokens_is_marked_cut(demo_model_dir):
+    """The row with a stop token ended; the row without one ran to max_new_tokens and is marked cut, and the
+    validation screen and `chat --prompts` show it with "…"."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from assistant.tui.screens.validate import answer_markup
+    from engine.data.templates import get_template
+    from engine.inference.chat_model import HFBackend
+
+    tokenizer = AutoTokenizer.from_pretrained(demo_model_dir)
+    template = get_template("qwen", tokenizer)
+    stop = template.stop_token_ids(tokenizer)[0]
+    words = tokenizer("hello there friend", add_special_tokens=False)["input_ids"]
+
+    class Generates:  # what transformers' generate returns for two left-padded prompts of width 2
+        def generate(self, input_ids, attention_mask, **kwargs):
+            assert kwargs["max_new_tokens"] == len(words)
+            ended = [words[0], stop] + [backend.pad_id] * (len(words) - 2)
+            return torch.cat([input_ids, torch.tensor([ended, words])], dim=1)
+
+    backend = HFBackend(Generates(), tokenizer, template, "cpu")
+    settings = {"max_new_tokens": len(words), "do_sample": False, "num_beams": 1, "repetition_penalty": 1.0,
+                "skip_special_tokens": True}
+    ended, cut = backend.generate([[1, 2], [3, 4]], settings, batch_size=2)
+    assert (ended.cut, ended.new_tokens, cut.cut, cut.new_tokens) == (False, 1, True, len(words))
+    assert answer_markup(cut.text, cut.cut).endswith("friend…") and not answer_markup(ended.text, False).endswith("…")

@@ -30,10 +30,13 @@ def one_line(text: object, limit: int = ANSWER_CHARS) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def answer_markup(text: object) -> str:
-    """The answer on one line; an empty one says so (a blank cell reads as a display fault)."""
+def answer_markup(text: object, cut: bool = False) -> str:
+    """The answer on one line; an empty one says so (a blank cell reads as a display fault); one that ran to
+    max_new_tokens ends in "…" (it was cut, not finished)."""
     flat = one_line(text)
-    return escape(flat) if flat else f"[dim i]{escape(t('validate.empty_answer'))}[/]"
+    if not flat:
+        return f"[dim i]{escape(t('validate.empty_answer'))}[/]"
+    return escape(flat) + ("…" if cut and not flat.endswith("…") else "")
 
 
 def answer_block(row: dict) -> str:
@@ -42,8 +45,9 @@ def answer_block(row: dict) -> str:
     lines = [f"[b]{escape(one_line(row.get('prompt'), 160))}[/b]"]
     if row.get("reference") is not None:
         lines.append(f"[cyan]{t('validate.reference')}[/cyan] {answer_markup(row['reference'])}")
-    lines.append(f"[dim]{t('validate.base')}[/dim] {answer_markup(row.get('base'))}")
-    lines.append(f"[green]{t('validate.tuned')}[/green] {answer_markup(row.get('tuned'))}")
+    lines.append(f"[dim]{t('validate.base')}[/dim] {answer_markup(row.get('base'), row.get('base_cut') is True)}")
+    lines.append(f"[green]{t('validate.tuned')}[/green] "
+                 f"{answer_markup(row.get('tuned'), row.get('tuned_cut') is True)}")
     return "\n".join(lines)
 
 
