@@ -233,13 +233,33 @@ def load_model(
         kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing; .to() is refused afterwards
     from safetensors import SafetensorError
 
+    quiet = _FreshScoreHead() if head == "score" else None
+    report_logger = logging.getLogger("transformers.modeling_utils")
+    if quiet:
+        report_logger.addFilter(quiet)
     try:
         model = auto_class.from_pretrained(source, **kwargs)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise ModelError(f"Could not load the model from {source}: {exc}") from exc
+    finally:
+        if quiet:
+            report_logger.removeFilter(quiet)
     if quantization_bit is None:
         model = model.to(device)
     return model
+
+
+class _FreshScoreHead(logging.Filter):
+    """Drops transformers' load report when all it says is that the score head is missing from the checkpoint:
+    a reward model's head starts fresh by design, and the raw table in train.log read as a fault. Any other
+    missing, unexpected or mismatched weight keeps the report."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "LOAD REPORT" not in message:
+            return True
+        rows = [[cell.strip() for cell in line.split("|")] for line in message.splitlines() if "|" in line][1:]
+        return not (rows and all(len(r) > 1 and r[0].startswith("score.") and "MISSING" in r[1] for r in rows))
 
 
 def choose_dtype(requested_bf16: bool, requested_fp16: bool, device: str) -> tuple[torch.dtype, str | None]:

@@ -180,3 +180,31 @@ def test_choose_dtype(monkeypatch):
     assert choose_dtype(False, True, "cuda") == (torch.float16, None)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert choose_dtype(True, False, "cuda") == (torch.bfloat16, None)
+
+
+def test_a_fresh_score_head_is_not_reported_as_a_fault_but_a_missing_weight_is(demo_model_dir, tmp_path):
+    """transformers prints a load report table for any weight missing from the checkpoint. A reward model's score
+    head is missing by design: that report is dropped. A weight of the body missing still shows."""
+    import logging
+
+    from safetensors.torch import load_file, save_file
+
+    class Kept(logging.Handler):  # what transformers' logger lets through to its handlers
+        def emit(self, record):
+            reports.append(record.getMessage())
+
+    reports: list[str] = []
+    logger = logging.getLogger("transformers.modeling_utils")
+    logger.addHandler(handler := Kept())
+    model = load_model(str(demo_model_dir), device="cpu", head="score")
+    assert model.score.weight.shape[0] == 1
+    assert not any("LOAD REPORT" in r for r in reports)
+
+    damaged = _copy(demo_model_dir, tmp_path / "damaged")
+    weights = next(damaged.glob("*.safetensors"))
+    tensors = load_file(weights)
+    tensors.pop("model.norm.weight")
+    save_file(tensors, weights, metadata={"format": "pt"})
+    load_model(str(damaged), device="cpu", head="score")
+    logger.removeHandler(handler)
+    assert any("LOAD REPORT" in r and "model.norm.weight" in r for r in reports)
