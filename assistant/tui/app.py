@@ -21,6 +21,7 @@ from textual.binding import Binding
 from assistant.command import self_command
 from assistant.i18n import detect_language, set_language, t
 from assistant.tui.messages import AvailabilityChecked, BrowserStarted, FetchProgressed
+from assistant.tui.screens.base import NO_BACK_STAGES
 from assistant.wizard.skill import WORKFLOW_SKILLS, Skill, load_skill, skill_for
 from assistant.wizard.stages import model as model_stage
 from assistant.wizard.state import WizardState, new_state, rename_for_model, run_path, save_state
@@ -192,7 +193,7 @@ class WizardApp(App):
 
     def go_back(self) -> None:
         """Back to the previous stage, until training was launched (its config is then fixed)."""
-        if self.state.launched or self.state.stage in ("train", "loss", "validate", "export", "summary"):
+        if self.state.launched or self.state.stage in NO_BACK_STAGES:
             self.notify(t("app.no_back"), severity="information")
             return
         previous = self.skill.previous_stage(self.state.stage, self.state.answers())

@@ -61,6 +61,9 @@ async def test_write_only_route_writes_confirmed_yamls_and_shows_commands(worksp
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ExportScreen"), what="export screen")
         assert app.screen.query_one("#export-dir").value == "models/lf-tiny-qwen3-merged"
+        # Esc is refused once the training config is written, so the key help does not offer it
+        assert "Esc" not in str(app.screen.query_one("#keyhelp").render()) and "F2" in str(
+            app.screen.query_one("#keyhelp").render())
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="export.yaml table")
         export_rows = dict(app.screen.rows)

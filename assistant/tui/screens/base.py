@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from assistant.wizard.skill import Stage
     from assistant.wizard.state import WizardState
 
+# Stages Esc cannot leave: training was launched (or its config written) before them, so the config is fixed.
+NO_BACK_STAGES = ("train", "loss", "validate", "export", "summary")
 COMMON_KEYS = [("Tab", "key.move"), ("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit"), ("F2", "key.runs")]
 
 
@@ -56,7 +58,11 @@ class StageScreen(Screen):
                     yield from self.compose_body()
                 with VerticalScroll(id="messages-box"):
                     yield Static("", id="messages")
-        yield KeyHelp(self.KEYS, id="keyhelp")
+        yield KeyHelp(self.keys(), id="keyhelp")
+
+    def keys(self) -> list[tuple[str, str]]:
+        """The key help: Esc is left out where it is refused."""
+        return [k for k in self.KEYS if not (k[0] == "Esc" and self.STAGE in NO_BACK_STAGES)]
 
     def header(self) -> str:
         """`Stage N · Title`, N being the stage's line on the progress board (the Device screen is part of 2)."""
