@@ -37,8 +37,7 @@ def check_infer_config(config: InferConfig) -> list[str]:
     if config.finetuning_type in ("full", "freeze") and config.adapters():
         problems.append(f"finetuning_type is {config.finetuning_type}, whose output is a whole model with no adapter: "
                         "remove adapter_name_or_path and set model_name_or_path to the training output_dir.")
-    if config.do_sample and config.temperature == 0:
-        problems.append("temperature must be above 0 when do_sample is true; set do_sample: false for greedy output.")
+    # temperature 0 with do_sample is greedy decoding, as in LLaMA-Factory (generation_settings turns sampling off)
     return problems
 
 

@@ -152,3 +152,15 @@ def test_an_answer_that_ran_to_max_new_tokens_is_marked_cut(demo_model_dir):
     ended, cut = backend.generate([[1, 2], [3, 4]], settings, batch_size=2)
     assert (ended.cut, ended.new_tokens, cut.cut, cut.new_tokens) == (False, 1, True, len(words))
     assert answer_markup(cut.text, cut.cut).endswith("friend…") and not answer_markup(ended.text, False).endswith("…")
+
+
+def test_temperature_zero_decodes_greedily_as_llamafactory_does(lora_run, demo_model_dir):
+    config = make_infer_config(lora_run, base_model=str(demo_model_dir), method="lora", template="qwen")
+    greedy = ChatModel(load_infer_config(config, max_new_tokens=12))
+    cold = ChatModel(load_infer_config(config, max_new_tokens=12, do_sample=True, temperature=0))
+    try:
+        for question in QUESTIONS[:3]:  # sampling at any positive temperature would differ from run to run
+            assert cold.chat(conversation(question)) == greedy.chat(conversation(question))
+    finally:
+        greedy.close()
+        cold.close()
