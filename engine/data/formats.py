@@ -21,6 +21,8 @@ from engine.data.registry import DatasetSpec
 from engine.data.text import shorten
 from engine.errors import DataError
 
+TOOL_RESPONSE_JOIN = "\n</tool_response>\n<tool_response>\n"  # LF joins consecutive tool results with it
+
 USER, ASSISTANT, FUNCTION, OBSERVATION = "user", "assistant", "function_call", "observation"
 USER_SIDE = (USER, OBSERVATION)
 ASSISTANT_SIDE = (ASSISTANT, FUNCTION)
@@ -74,10 +76,16 @@ def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
 
 
 def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
-    """One row of pre-training text (its ``prompt`` column, ``text`` by default), or RowError naming the row."""
+    """One row of pre-training text (its ``prompt`` column, ``text`` by default), or RowError naming the row.
+
+    A sharegpt conversation gives its first message after any system prompt, as LLaMA-Factory's pt stage reads
+    one (its answers are not pre-training text)."""
     where = f"{spec.name}: row {index + 1}"
     if not isinstance(record, dict):
         raise RowError(where, None, f"is a {type(record).__name__}, not an object with named fields.")
+    if spec.formatting != "alpaca":
+        require_supported(spec)
+        return _convert_sharegpt(record, spec, where)["messages"][0]["content"]
     column = spec.column("prompt") or "text"
     value = record.get(column)
     if not isinstance(value, str) or not value:
@@ -158,6 +166,8 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
         fields = _fields(record)
         raise RowError(where, column, f"{column!r} must be a non-empty list of messages (the row has: {fields}).")
     role_tag, system_tag = spec.tag("role_tag"), spec.tag("system_tag")
+    if spec.formatting == "openai":
+        raw = _openai_turns(raw, spec, where, column)
     system = None
     if isinstance(raw[0], dict) and system_tag and raw[0].get(role_tag) == system_tag:
         system = _message_text(raw[0], spec, where, 1, column)
@@ -190,6 +200,35 @@ def _fields(record: dict) -> str:
 
 def _count(messages: list) -> str:
     return f"{len(messages)} message{'' if len(messages) == 1 else 's'}"
+
+
+def _openai_turns(raw: list, spec: DatasetSpec, where: str, column: str) -> list:
+    """OpenAI messages as sharegpt turns, as LLaMA-Factory's openai formatting reads them: an assistant message
+    with ``tool_calls`` becomes a function call whose text is the JSON list of the calls' ``function`` objects,
+    and consecutive tool results become one observation, joined by LF's tool_response separator."""
+    role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
+    observation, function = spec.tag("observation_tag"), spec.tag("function_tag")
+    turns: list = []
+    results: list[str] = []
+    for number, message in enumerate(raw, 1):
+        role = message.get(role_tag) if isinstance(message, dict) else None
+        if role == observation:
+            results.append(_message_text(message, spec, where, number, column))
+            continue
+        if results:
+            turns.append({role_tag: observation, content_tag: TOOL_RESPONSE_JOIN.join(results)})
+            results = []
+        calls = message.get("tool_calls") if role in (spec.tag("assistant_tag"), function) else None
+        if calls:
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                                      for c in calls):
+                raise RowError(where, column, f"message {number}'s tool_calls must be a list of objects with a "
+                               f"\"function\" object each, not {shorten(calls)}.")
+            message = {role_tag: function, content_tag: json.dumps([c["function"] for c in calls], ensure_ascii=False)}
+        turns.append(message)
+    if results:
+        turns.append({role_tag: observation, content_tag: TOOL_RESPONSE_JOIN.join(results)})
+    return turns
 
 
 def _message_role(message: Any, tag_roles: dict, spec: DatasetSpec, position: int, where: str, number: int,

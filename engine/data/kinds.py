@@ -6,8 +6,9 @@ a stage can train on:
 - ``pairs``: preference pairs ("ranking": true, a chosen and a rejected answer): dpo and rm;
 - ``kto``: answers labelled desirable or not (a kto_tag column): kto;
 - ``text``: raw text, a .txt file or an entry that maps only a ``prompt`` column (LLaMA-Factory's c4_demo shape): pt;
-- ``conversations``: prompts with answers (alpaca or sharegpt): sft. pt also reads them (the prompt column, as
-  LLaMA-Factory does), but they are not what a pre-training run is meant for.
+- ``conversations``: prompts with answers (alpaca or sharegpt): sft. pt also reads them as LLaMA-Factory does
+  (alpaca's prompt column, a sharegpt conversation's first message), but they are not what a pre-training run is
+  meant for.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.data import load_texts, check_file, find_placeholders, load_dataset_info, load_examples
+from engine.errors import DataError
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 ARITHMETIC = re.compile(r"(\d+) ([-+×÷]) (\d+) = (\d+)")
@@ -107,3 +109,22 @@ def test_dpo_demo_prefers_the_correct_answer(side):
     for example in sums:
         a, _, b, result = ARITHMETIC.search(example[side]).groups()
         assert (int(a) + int(b) == int(result)) == (side == "chosen")
+
+
+def test_pre_training_on_conversations_reads_what_llamafactory_reads(tmp_path):
+    """stage pt on alpaca data trains its prompt column, and on sharegpt data each conversation's first message
+    after the system prompt (LLaMA-Factory's pt reads `_prompt[0]`); the answers are not pre-training text."""
+    rows = [{"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Tea?"},
+                               {"from": "gpt", "value": "Yes."}]},
+            {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello."},
+                               {"from": "human", "value": "Bye"}, {"from": "gpt", "value": "Bye."}]}]
+    (tmp_path / "chat.json").write_text(json.dumps(rows))
+    (tmp_path / "dataset_info.json").write_text(json.dumps(
+        {"chat": {"file_name": "chat.json", "formatting": "sharegpt", "columns": {"messages": "conversations"}}}))
+    assert load_texts("chat", tmp_path) == ["Tea?", "Hi"]
+    first = load_examples("alpaca_demo", DATA)[0]["messages"][0]["content"]
+    assert load_texts("alpaca_demo", DATA)[0] in first
+    broken = [{"conversations": [{"from": "human", "value": "Tea?"}]}]  # no answer: not a conversation
+    (tmp_path / "chat.json").write_text(json.dumps(broken))
+    with pytest.raises(DataError, match="row 1"):
+        load_texts("chat", tmp_path)
