@@ -296,7 +296,7 @@ def _control_token_problems(texts: list[Any], number: int, line: int | None,
 
 def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
     """One summary for role tags outside the expected set: which were found, which are expected, what they mean."""
-    if spec.formatting != "sharegpt":
+    if spec.formatting == "alpaca":
         return []
     expected = [spec.tag(key) for key in TAG_DEFAULTS if key not in ("role_tag", "content_tag")]
     found: Counter[str] = Counter()

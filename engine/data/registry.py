@@ -22,13 +22,14 @@ from engine.readers import short_repr
 
 INFO_FILE = "dataset_info.json"
 
-Formatting = Literal["alpaca", "sharegpt"]
-FORMATTINGS: tuple[str, ...] = ("alpaca", "sharegpt")
+Formatting = Literal["alpaca", "sharegpt", "openai"]
+FORMATTINGS: tuple[str, ...] = ("alpaca", "sharegpt", "openai")
 
 # Column defaults per formatting, as LLaMA-Factory's DatasetAttr has them; None means "no such column".
 COLUMN_DEFAULTS: dict[str, dict[str, str | None]] = {
     "alpaca": {"prompt": "instruction", "query": "input", "response": "output", "history": None},
     "sharegpt": {"messages": "conversations"},
+    "openai": {"messages": "conversations"},  # sharegpt with tool_calls read (LLaMA-Factory's defaults, tags too)
 }
 COLUMN_KEYS: tuple[str, ...] = (
     "prompt", "query", "response", "history", "messages", "system", "tools",
@@ -59,7 +60,8 @@ class DatasetSpec:
     file_name: str | None = None
     """A file or folder inside dataset_dir (json, jsonl, csv, parquet, arrow)."""
     formatting: Formatting = "alpaca"
-    """alpaca (instruction/input/output columns) or sharegpt (a list of messages per row)."""
+    """alpaca (instruction/input/output columns), sharegpt (a list of messages per row), or openai: sharegpt whose
+    assistant messages may carry OpenAI ``tool_calls`` and whose tool results may come one message per call."""
     ranking: bool = False
     """A preference set (chosen/rejected answers) for DPO rather than SFT data."""
     split: str = "train"
@@ -121,8 +123,7 @@ def parse_spec(name: str, entry: Any) -> DatasetSpec:
         raise DataError(f"{where} has no file_name. Add \"file_name\": \"<your file>\" (a file inside dataset_dir).")
     formatting = entry.get("formatting", "alpaca")
     if not isinstance(formatting, str) or formatting not in FORMATTINGS:
-        raise DataError(f"{where}: formatting {shorten(formatting)} is not one of {', '.join(FORMATTINGS)} "
-                        "(OpenAI-style messages are sharegpt with role/content tags).")
+        raise DataError(f"{where}: formatting {shorten(formatting)} is not one of {', '.join(FORMATTINGS)}.")
     columns = _string_map(entry.get("columns", {}), f"{where}: columns", COLUMN_KEYS)
     tags = _string_map(entry.get("tags", {}), f"{where}: tags", tuple(TAG_DEFAULTS))
     ranking = entry.get("ranking", False)

@@ -195,3 +195,31 @@ def test_llamafactory_text_datasets_load(lf_reference, name):
         roles = {m["role"] for e in examples for m in e["messages"]}
         assert roles == {"user", "assistant", "function_call", "observation"}
         assert sum(e["tools"] is not None for e in examples) > rows // 2
+
+
+def test_openai_formatting_reads_tool_calls_and_tool_results_as_llamafactory_does(tmp_path):
+    """LLaMA-Factory's `formatting: openai`: sharegpt with its tags, a system message first, an assistant message's
+    tool_calls turned into a function call (the JSON list of the calls' `function` objects) and consecutive tool
+    results joined into one observation."""
+    calls = [{"id": "1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}},
+             {"id": "2", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Rome\"}"}}]
+    row = {"messages": [{"role": "system", "content": "Use tools."},
+                        {"role": "user", "content": "Weather in Oslo and Rome?"},
+                        {"role": "assistant", "content": "", "tool_calls": calls},
+                        {"role": "tool", "content": "Oslo: 3 C"}, {"role": "tool", "content": "Rome: 18 C"},
+                        {"role": "assistant", "content": "Oslo is cold, Rome is mild."}]}
+    (tmp_path / "tools.json").write_text(json.dumps([row]))
+    tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
+            "observation_tag": "tool", "system_tag": "system"}
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"tools": {
+        "file_name": "tools.json", "formatting": "openai", "columns": {"messages": "messages"}, "tags": tags}}))
+    [example] = load_examples("tools", tmp_path)
+    assert example["system"] == "Use tools."
+    assert [m["role"] for m in example["messages"]] == ["user", "function_call", "observation", "assistant"]
+    assert json.loads(example["messages"][1]["content"]) == [c["function"] for c in calls]
+    assert example["messages"][2]["content"] == "Oslo: 3 C\n</tool_response>\n<tool_response>\nRome: 18 C"
+
+    row["messages"][2]["tool_calls"] = "weather(Oslo)"
+    (tmp_path / "tools.json").write_text(json.dumps([row]))
+    with pytest.raises(DataError, match="row 1.*tool_calls must be a list"):
+        load_examples("tools", tmp_path)

@@ -58,7 +58,7 @@ def test_bad_json_reports_line_and_column(tmp_path):
 
 @pytest.mark.parametrize(("entry", "message"), [
     ({"formatting": "sharegpt"}, "no file_name"),
-    ({"file_name": "a.json", "formatting": "openai"}, "not one of alpaca, sharegpt"),
+    ({"file_name": "a.json", "formatting": "chatml"}, "not one of alpaca, sharegpt, openai"),
     ({"file_name": "a.json", "columns": {"promt": "q"}}, "Did you mean 'prompt'"),
     ({"file_name": "a.json", "tags": {"user_tag": 1}}, "must be a string"),
     ({"file_name": "a.json", "ranking": "yes"}, "true or false"),
