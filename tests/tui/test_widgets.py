@@ -36,3 +36,20 @@ def test_elapsed_and_eta_keep_moving_between_logged_steps():
     assert since_logged(live, metrics, "eta_s", now=5000.0) == 0.0  # late: never a negative ETA
     ended = RunStatus(state="completed", elapsed_s=100.0)
     assert since_logged(ended, metrics, "elapsed_s", now=1060.0) == 100.0  # an ended run's clock stopped
+
+
+def test_chart_ticks_are_round_evenly_spaced_and_whole_steps():
+    from assistant.tui.widgets.chart import nice_ticks, render_chart
+
+    for low, high, count, whole in [(5, 15, 7, True), (1, 37, 7, True), (0.69, 1.02, 5, False),
+                                    (0.3, 2.6, 5, False), (0.001, 2.0, 5, False), (-0.31, 0.42, 4, False)]:
+        positions, labels = nice_ticks(low, high, count, whole=whole)
+        gaps = {round(b - a, 9) for a, b in zip(positions, positions[1:])}
+        assert len(gaps) == 1 and low - 1e-9 <= positions[0] and positions[-1] <= high + 1e-9, (low, high)
+        assert count / 2.5 <= len(positions) <= count * 2.5
+        assert len({len(label.split(".")[-1]) if "." in label else 0 for label in labels}) == 1  # same decimals
+        if whole:
+            assert all(label.isdigit() for label in labels)
+    drawn = render_chart({"loss": [(5, 1.2), (10, 0.9), (15, 0.7)]}, 52, 12).plain
+    axis = drawn.splitlines()[-1].split()
+    assert axis and all(tick.isdigit() for tick in axis)  # fractional steps (6.7, 8.3) were shown before

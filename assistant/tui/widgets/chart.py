@@ -7,6 +7,8 @@ right-hand axis.
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -25,6 +27,28 @@ def legend(names: list[str], right: set[str]) -> Text:
         text.append(f"{marker} {label}", style=colours[index % len(colours)])
         text.append("  ")
     return text
+
+
+def nice_ticks(low: float, high: float, count: int, *, whole: bool = False) -> tuple[list[float], list[str]]:
+    """About ``count`` evenly spaced round ticks (1, 2 or 5 x 10^k apart, the spacing nearest to an even split)
+    inside [low, high], with labels that
+    show the same number of decimals; ``whole`` keeps them whole numbers (training steps)."""
+    span = high - low
+    if not math.isfinite(span) or span <= 0:
+        return [low], [_tick_label(low, 1.0 if whole else abs(low) / 10 or 1.0)]
+    raw = span / max(count - 1, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = min((m * power for m in (1, 2, 5, 10)), key=lambda candidate: abs(math.log(candidate / raw)))
+    if whole:
+        step = max(1.0, round(step))
+    first = math.ceil(low / step - 1e-9) * step
+    positions = [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+    return positions, [_tick_label(p, step) for p in positions]
+
+
+def _tick_label(value: float, step: float) -> str:
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
+    return f"{value:.{decimals}f}"
 
 
 def render_chart(series: dict[str, list[tuple[float, float]]], width: int, height: int,
@@ -48,6 +72,13 @@ def render_chart(series: dict[str, list[tuple[float, float]]], width: int, heigh
         marker = MARKERS[index % len(MARKERS)][0]
         side = "right" if name in right else None
         figure.draw(figure.signal(list(xs), list(ys), marker=marker, yside=side).lines(True))
+    # Round ticks: whole steps along the bottom, evenly spaced values up the side(s) (plotext's own are not).
+    xs = [x for points in drawable.values() for x, _ in points]
+    figure.ruler(axis=0, side=0).ticks(*nice_ticks(min(xs), max(xs), max(2, width // 7), whole=True))
+    for side in (0, 1):
+        ys = [y for name, points in drawable.items() if (name in right) == bool(side) for _, y in points]
+        if ys:
+            figure.ruler(axis=1, side=side).ticks(*nice_ticks(min(ys), max(ys), max(2, round(height / 2.5))))
     plot = Text.from_ansi(str(figure.build()).rstrip("\n"))
     if not several:
         return plot
