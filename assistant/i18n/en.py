@@ -421,6 +421,8 @@ STRINGS: dict[str, str] = {
     "validate.reference": "data",
     "validate.what_runs": "Once infer.yaml is confirmed, the base and the fine-tuned model answer the prompts below and {held} held-out rows of your data (never trained on; the data's answer shown beside).",
     "validate.what_runs_plain": "Once infer.yaml is confirmed, the base and the fine-tuned model answer the prompts below.",
+    "validate.what_ran": "infer.yaml is written: the base and the fine-tuned model answer the prompts below and {held} held-out rows of your data (never trained on; the data's answer shown beside).",
+    "validate.what_ran_plain": "infer.yaml is written: the base and the fine-tuned model answer the prompts below.",
     "validate.confirm_note": "Enter writes it and starts the validation ({held} held-out rows besides your prompts); n goes back.",
     "validate.chat_keys": "c: chat with the fine-tuned model here (its base answers beside it).",
     "validate.scores": "The saved reward model scored the chosen answer higher on {right} of {total} held-out pairs:",

@@ -421,6 +421,8 @@ STRINGS: dict[str, str] = {
     "validate.reference": "数据",
     "validate.what_runs": "确认 infer.yaml 后，基座模型和微调后的模型会回答下面的问题，以及你的数据中未参与训练的 {held} 行（并列显示数据中的答案）。",
     "validate.what_runs_plain": "确认 infer.yaml 后，基座模型和微调后的模型会回答下面的问题。",
+    "validate.what_ran": "infer.yaml 已写入：基座模型和微调后的模型回答下面的问题，以及你的数据中未参与训练的 {held} 行（并列显示数据中的答案）。",
+    "validate.what_ran_plain": "infer.yaml 已写入：基座模型和微调后的模型回答下面的问题。",
     "validate.confirm_note": "回车写入并开始验证（除你的问题外另有 {held} 行留出数据）；n 返回。",
     "validate.chat_keys": "c：在这里与微调后的模型对话（基座模型并列回答）。",
     "validate.scores": "保存的奖励模型在 {total} 对留出数据中有 {right} 对给被选回答打了更高的分：",

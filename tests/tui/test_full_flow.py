@@ -52,6 +52,8 @@ async def test_full_flow_trains_validates_and_exports(workspace):
                          in ("completed", "failed", "stopped"), timeout=240, what="training to end")
         assert app.screen.status.state == "completed", app.screen.status
         assert "completed" in str(app.screen.query_one("#run-state").render())
+        keys = str(app.screen.query_one("#keyhelp").render())  # an ended run offers no stop, a completed no resume
+        assert "^N continue" in keys and "stop" not in keys and "resume" not in keys
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "LossScreen"))
         assert "training_loss.png" in str(app.screen.query_one("#loss-info").render())
@@ -60,6 +62,8 @@ async def test_full_flow_trains_validates_and_exports(workspace):
         infer_rows = dict(app.screen.rows)
         await pilot.press("y")  # confirming runs the validation at once, on the suggested prompts
         await wait_until(pilot, lambda: app.state.validated, timeout=240, what="validation")
+        intro = " ".join(str(app.screen.query_one("#intro").render()).split())
+        assert "infer.yaml is written" in intro and "Once infer.yaml is confirmed" not in intro  # not stale
         app.screen.query_one("#prompts").text = "Who are you?\nWhat is your name?"
         app.screen.query_one("#run").press()  # and again on the user's own
 

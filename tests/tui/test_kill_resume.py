@@ -48,6 +48,8 @@ async def test_killed_training_resumes_from_a_checkpoint_then_reattaches(workspa
         os.killpg(status.pid, signal.SIGKILL)  # the run's own session: the training process and its children
         await wait_until(pilot, lambda: app.screen.status.state == "failed", timeout=30, what="failure seen")
         assert "resume" in messages(app)
+        keys = str(app.screen.query_one("#keyhelp").render())
+        assert "r resume" in keys and "stop" not in keys and "continue" not in keys
         await pilot.press("ctrl+q")
     killed_at = max(int(p.name.split("-")[1]) for p in find_complete_checkpoints(output_dir))
 
@@ -89,6 +91,7 @@ async def test_stop_asks_first_then_saves_and_can_resume(workspace):
         await pilot.press("n")  # changed their mind: nothing happens, and the screen says so
         await wait_until(pilot, lambda: on_screen(app, "TrainScreen"))
         assert app.screen.status.state == "running" and "Not stopped" in messages(app)
+        assert "s stop" in str(app.screen.query_one("#keyhelp").render())
         await pilot.press("s")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmDialog"))
         await pilot.press("y")

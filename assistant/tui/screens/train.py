@@ -21,6 +21,7 @@ from assistant.tui.messages import RunPolled, RunStarted
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import ConfirmDialog, ConfirmTable
+from assistant.tui.widgets.keyhelp import KeyHelp
 from assistant.wizard import build
 from assistant.wizard.stages import train
 from engine.runstatus import RunStatus
@@ -73,7 +74,11 @@ def metric_label(name: str) -> str:
 class TrainScreen(StageScreen):
     STAGE = "train"
     BODY_SCROLLS = False
-    KEYS = [("s", "key.stop"), ("r", "key.resume"), ("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit")]
+    KEYS = [("^N", "key.next"), ("^Q", "key.quit")]  # before the launch; the keys follow the run's state
+    RUNNING_KEYS = [("s", "key.stop"), ("l", "key.log"), ("^Q", "key.quit")]
+    ENDED_KEYS = {"completed": [("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit")],
+                  "failed": [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit")],
+                  "stopped": [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit")]}
     BINDINGS = [Binding("s", "stop", show=False), Binding("r", "resume", show=False),
                 Binding("l", "toggle_log", show=False)]
 
@@ -187,6 +192,7 @@ class TrainScreen(StageScreen):
 
     # --------------------------------------------------------------- live view
     def _enter_live(self) -> None:
+        self.query_one("#keyhelp", KeyHelp).set_keys(self.RUNNING_KEYS)  # r and ^N do nothing while it runs
         self.query_one("#prelaunch").display = False
         self.query_one("#live").display = True
         self._show_view()
@@ -316,6 +322,7 @@ class TrainScreen(StageScreen):
         return sum(counts) if counts and None not in counts else None
 
     def _finished(self, state: str) -> None:
+        self.query_one("#keyhelp", KeyHelp).set_keys(self.ENDED_KEYS[state])
         if state == "completed":
             self.say(info=[t("train.completed", path=train.display_path(self.status.output_dir or "-"))])
             self.query_one("#continue").display = True

@@ -110,11 +110,13 @@ class ValidateScreen(StageScreen):
         self.query_one("#intro", Static).update(escape(self._intro()))
         self.plan_infer()
 
-    def _intro(self) -> str:
+    def _intro(self, written: bool = False) -> str:
+        """How to chat, and what the validation does: before infer.yaml is confirmed, what will run; after, what
+        runs now (the text must not still ask for a confirmation already given)."""
         lines = [t("validate.chat_first", command=validate.chat_command(self.wizard.run_folder, self.state.device))]
         if self.state.execution == "run_here":
-            lines.append(t("validate.what_runs", held=len(self.held_out)) if self.held_out else
-                         t("validate.what_runs_plain"))
+            key = "validate.what_ran" if written else "validate.what_runs"
+            lines.append(t(key, held=len(self.held_out)) if self.held_out else t(f"{key}_plain"))
         return "\n".join(lines)
 
     # --------------------------------------------------------------- infer.yaml
@@ -163,6 +165,7 @@ class ValidateScreen(StageScreen):
 
     def _written(self, *, run: bool) -> None:
         """infer.yaml is on disk: validation starts now (it was what the confirmation asked for)."""
+        self.query_one("#intro", Static).update(escape(self._intro(written=True)))
         self.query_one("#review").display = False
         self.query_one("#prompts-box").display = True
         if self.state.execution != "run_here":

@@ -39,5 +39,10 @@ class KeyHelp(Static):
         self.keys = keys
         super().__init__(help_text(keys), **kwargs)
 
+    def set_keys(self, keys: list[tuple[str, str]]) -> None:
+        """Other keys work now (a run ended): the help follows."""
+        self.keys = keys
+        self.update(help_text(keys, max(self.size.width, 1) if self.size.width else None))
+
     def on_resize(self) -> None:
         self.update(help_text(self.keys, max(self.size.width, 1)))
