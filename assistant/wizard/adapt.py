@@ -9,6 +9,9 @@ and edits, which always win:
   answers the data gives beside the model's;
 - batching_strategy: packed on a CPU (the skill's `packed_batching`), where the model and the example allow it:
   the same samples, steps and loss as padded micro-batches, without the work on padding;
+- with packed batching on a CPU, gradient accumulation folded into one micro-batch per step: the same samples
+  per step and the same loss (the shell divides by the whole step's units however the step is split), in one
+  larger product per layer, which a CPU runs faster; the pre-flight takes it back if it does not fit;
 - the pre-flight's proposal, when the configured micro-batch did not fit: the largest one that did, with
   gradient accumulation raised to keep the effective batch.
 """
@@ -79,6 +82,27 @@ def packed_batching_changes(state: WizardState, skill: Skill, values: dict[str, 
     return [("batching_strategy", "packed", t("reason.packed_batching"))]
 
 
+# Stages whose loss is a sum of independent per-unit terms, so a step's split into micro-batches changes nothing
+# (KTO estimates its KL term from the other answers of a micro-batch: its split matters).
+FOLDABLE_STAGES = ("sft", "pt", "dpo", "rm")
+
+
+def folded_accumulation_changes(state: WizardState, values: dict[str, Any]) -> list[Change]:
+    """One micro-batch of per_device_train_batch_size x gradient_accumulation_steps samples per step, when packed
+    batching trains on a CPU (measured: benchmarks/RESULTS.md, the wizard's run on SmolLM2-135M-Instruct)."""
+    strategy = state.edits.get("batching_strategy", values.get("batching_strategy"))  # the user's choice wins
+    if strategy != "packed" or not _on_cpu(state):
+        return []
+    if values.get("stage", "sft") not in FOLDABLE_STAGES:
+        return []
+    micro = int(values.get("per_device_train_batch_size") or 1)
+    accum = int(values.get("gradient_accumulation_steps") or 1)
+    if accum <= 1:
+        return []
+    reason = t("reason.folded_accumulation", micro=micro, accum=accum)
+    return [("per_device_train_batch_size", micro * accum, reason), ("gradient_accumulation_steps", 1, reason)]
+
+
 def measured_changes(state: WizardState) -> list[Change]:
     """The pre-flight's proposal the user has (its micro-batch did fit where the configured one did not)."""
     fit = state.fit or {}
@@ -91,5 +115,8 @@ def measured_changes(state: WizardState) -> list[Change]:
 
 def adaptations(state: WizardState, skill: Skill, values: dict[str, Any]) -> list[Change]:
     """Every change of this module; ``values`` is the config as changed so far (the example and the stages)."""
-    return (cpu_small_model_changes(state, skill) + held_out_changes(state, skill)
-            + packed_batching_changes(state, skill, values) + measured_changes(state))
+    changes = cpu_small_model_changes(state, skill) + held_out_changes(state, skill)
+    values = {**values, **{key: value for key, value, _ in changes}}
+    changes += packed_batching_changes(state, skill, values)
+    values = {**values, **{key: value for key, value, _ in changes}}
+    return changes + folded_accumulation_changes(state, values) + measured_changes(state)

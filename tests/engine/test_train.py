@@ -69,11 +69,14 @@ def test_full_and_freeze_change_the_right_weights(demo_model_dir, tmp_path):
             assert changed and all("layers.1." in k for k in changed), sorted(changed)
 
 
-def test_gradient_accumulation_normalises_by_tokens(demo_model_dir, tmp_path):
-    """One step of batch 4 equals one step of 2 micro-batches of 2: the loss is per trained token of the step."""
+@pytest.mark.parametrize("batching", ["padded", "packed"])
+def test_gradient_accumulation_normalises_by_tokens(demo_model_dir, tmp_path, batching):
+    """One step of batch 4 equals one step of 2 micro-batches of 2: the loss is per trained token of the step
+    (what lets the wizard fold a packed run's accumulation into one micro-batch on a CPU)."""
     results = []
     for bs, ga in ((4, 1), (2, 2)):
         handle = engine.train(tiny_config(demo_model_dir, tmp_path / f"{bs}x{ga}", finetuning_type="full",
+                                          batching_strategy=batching,
                                           per_device_train_batch_size=bs, gradient_accumulation_steps=ga,
                                           max_steps=1, logging_steps=1, learning_rate=1e-3),
                               runs_dir=tmp_path / "runs")
