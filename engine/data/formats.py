@@ -69,6 +69,8 @@ def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
     if example.get("system") is None:
         example["system"] = _optional_text(record, spec.column("system"), where)
     example["tools"] = _tools_text(record, spec.column("tools"), where)
+    if spec.formatting == "openai":
+        example["system"] = openai_system(example["system"], example["tools"])
     if spec.column("kto_tag"):
         example["kto_tag"] = _kto_tag(record, spec.column("kto_tag"), where)
     example["source"] = f"{spec.name}:{index + 1}"
@@ -200,6 +202,21 @@ def _fields(record: dict) -> str:
 
 def _count(messages: list) -> str:
     return f"{len(messages)} message{'' if len(messages) == 1 else 's'}"
+
+
+def openai_system(system: str | None, tools: str | None) -> str | None:
+    """The system text LLaMA-Factory's openai formatting trains with (OpenAIDatasetConverter): it appends
+    "detailed thinking off" (the reasoning switch of the models that format was written for) unless the system
+    text already sets thinking on or off, and a bare newline when the row has tools. Kept as it is there, so the
+    same dataset_info.json trains the same text here."""
+    switch = "detailed thinking off"
+    if not system:
+        return None if tools else switch  # None: the template's default system, as LF's empty one is
+    if tools:
+        return system + "\n"
+    if "detailed thinking on" in system or switch in system:
+        return system
+    return system + "\n" + switch
 
 
 def _openai_turns(raw: list, spec: DatasetSpec, where: str, column: str) -> list:

@@ -61,7 +61,8 @@ class DatasetSpec:
     """A file or folder inside dataset_dir (json, jsonl, csv, parquet, arrow)."""
     formatting: Formatting = "alpaca"
     """alpaca (instruction/input/output columns), sharegpt (a list of messages per row), or openai: sharegpt whose
-    assistant messages may carry OpenAI ``tool_calls`` and whose tool results may come one message per call."""
+    assistant messages may carry OpenAI ``tool_calls``, whose tool results may come one message per call, and whose
+    system text gets LLaMA-Factory's "detailed thinking off" rule (engine.data.formats.openai_system)."""
     ranking: bool = False
     """A preference set (chosen/rejected answers) for DPO rather than SFT data."""
     split: str = "train"

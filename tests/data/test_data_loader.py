@@ -214,7 +214,7 @@ def test_openai_formatting_reads_tool_calls_and_tool_results_as_llamafactory_doe
     (tmp_path / "dataset_info.json").write_text(json.dumps({"tools": {
         "file_name": "tools.json", "formatting": "openai", "columns": {"messages": "messages"}, "tags": tags}}))
     [example] = load_examples("tools", tmp_path)
-    assert example["system"] == "Use tools."
+    assert example["system"] == "Use tools.\ndetailed thinking off"  # LF's openai converter appends the switch
     assert [m["role"] for m in example["messages"]] == ["user", "function_call", "observation", "assistant"]
     assert json.loads(example["messages"][1]["content"]) == [c["function"] for c in calls]
     assert example["messages"][2]["content"] == "Oslo: 3 C\n</tool_response>\n<tool_response>\nRome: 18 C"
@@ -223,3 +223,15 @@ def test_openai_formatting_reads_tool_calls_and_tool_results_as_llamafactory_doe
     (tmp_path / "tools.json").write_text(json.dumps([row]))
     with pytest.raises(DataError, match="row 1.*tool_calls must be a list"):
         load_examples("tools", tmp_path)
+
+
+def test_openai_formatting_keeps_llamafactorys_system_text():
+    """OpenAIDatasetConverter's rule, case by case (LF data/converter.py)."""
+    from engine.data.formats import openai_system
+
+    tools = '[{"name": "weather"}]'
+    assert openai_system(None, None) == "detailed thinking off"
+    assert openai_system(None, tools) is None  # empty: the template's default system
+    assert openai_system("Be brief.", None) == "Be brief.\ndetailed thinking off"
+    assert openai_system("Be brief. detailed thinking on", None) == "Be brief. detailed thinking on"
+    assert openai_system("Be brief.", tools) == "Be brief.\n"
