@@ -78,23 +78,26 @@ def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
 
 
 def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
-    """One row of pre-training text (its ``prompt`` column, ``text`` by default), or RowError naming the row.
-
-    A sharegpt conversation gives its first message after any system prompt, as LLaMA-Factory's pt stage reads
-    one (its answers are not pre-training text)."""
+    """One row of pre-training text, or RowError naming the row: the first message of the row's prompt, as
+    LLaMA-Factory's pt stage reads ``_prompt[0]`` (answers are not pre-training text). That is the ``prompt``
+    column (``text`` for a .txt file or c4_demo's shape) with ``query`` (input) after a newline; an alpaca row
+    with history, its first history instruction; a sharegpt conversation, its first message after the system."""
     where = f"{spec.name}: row {index + 1}"
     if not isinstance(record, dict):
         raise RowError(where, None, f"is a {type(record).__name__}, not an object with named fields.")
     if spec.formatting != "alpaca":
         require_supported(spec)
         return _convert_sharegpt(record, spec, where)["messages"][0]["content"]
+    history = _alpaca_history(record, spec.column("history"), where)
+    if history:
+        return history[0]["content"]
     column = spec.column("prompt") or "text"
     value = record.get(column)
     if not isinstance(value, str) or not value:
         found = type(value).__name__ if column in record else "missing"
         raise RowError(where, column, f"pre-training text {column!r} must be non-empty text ({found}; the row has: "
                        f"{', '.join(map(str, record)) or 'no fields'}).")
-    return value
+    return _alpaca_prompt(record, spec, where)[-1]["content"]
 
 
 def _kto_tag(record: dict, column: str, where: str) -> bool:
@@ -108,6 +111,21 @@ def _kto_tag(record: dict, column: str, where: str) -> bool:
 
 
 def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
+    messages = _alpaca_prompt(record, spec, where)
+    if spec.ranking:
+        chosen = _answer_text(record, spec.column("chosen"), where, "chosen answer")
+        rejected = _answer_text(record, spec.column("rejected"), where, "rejected answer")
+        return {"messages": messages, "system": None, "chosen": chosen, "rejected": rejected}
+    response_column = spec.column("response")
+    if response_column not in record and "prompt" in spec.columns and "response" not in spec.columns:
+        raise RowError(where, response_column, f"only {_fields(record)}, no answer: this looks like "
+                       "pre-training text. lf-assistant trains on instruction/answer pairs (sft) and preferences.")
+    messages.append({"role": ASSISTANT, "content": _answer_text(record, response_column, where, "answer")})
+    return {"messages": messages, "system": None}
+
+
+def _alpaca_prompt(record: dict, spec: DatasetSpec, where: str) -> list[dict]:
+    """The history's turns, then the instruction with its input after a newline (LLaMA-Factory's join)."""
     messages = _alpaca_history(record, spec.column("history"), where)
     parts = []
     for key in ("prompt", "query"):
@@ -121,16 +139,7 @@ def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
         raise RowError(where, spec.column("prompt"), f"no instruction: {spec.column('prompt')!r} is missing or "
                        f"empty (the row has: {_fields(record)}).")
     messages.append({"role": USER, "content": "\n".join(parts)})
-    if spec.ranking:
-        chosen = _answer_text(record, spec.column("chosen"), where, "chosen answer")
-        rejected = _answer_text(record, spec.column("rejected"), where, "rejected answer")
-        return {"messages": messages, "system": None, "chosen": chosen, "rejected": rejected}
-    response_column = spec.column("response")
-    if response_column not in record and "prompt" in spec.columns and "response" not in spec.columns:
-        raise RowError(where, response_column, f"only {_fields(record)}, no answer: this looks like "
-                       "pre-training text. lf-assistant trains on instruction/answer pairs (sft) and preferences.")
-    messages.append({"role": ASSISTANT, "content": _answer_text(record, response_column, where, "answer")})
-    return {"messages": messages, "system": None}
+    return messages
 
 
 def _alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:

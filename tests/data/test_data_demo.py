@@ -123,7 +123,15 @@ def test_pre_training_on_conversations_reads_what_llamafactory_reads(tmp_path):
         {"chat": {"file_name": "chat.json", "formatting": "sharegpt", "columns": {"messages": "conversations"}}}))
     assert load_texts("chat", tmp_path) == ["Tea?", "Hi"]
     first = load_examples("alpaca_demo", DATA)[0]["messages"][0]["content"]
-    assert load_texts("alpaca_demo", DATA)[0] in first
+    assert load_texts("alpaca_demo", DATA)[0] == first
+    alpaca = [{"instruction": "Q0", "input": "ctx", "output": "A0"},
+              {"instruction": "Q1", "output": "A1", "history": [["hi", "hello"]]}]
+    (tmp_path / "alpaca").mkdir()
+    (tmp_path / "alpaca" / "alpaca.json").write_text(json.dumps(alpaca))
+    (tmp_path / "alpaca" / "dataset_info.json").write_text(json.dumps({"alpaca": {
+        "file_name": "alpaca.json", "columns": {"prompt": "instruction", "query": "input", "response": "output",
+                                                "history": "history"}}}))
+    assert load_texts("alpaca", tmp_path / "alpaca") == ["Q0\nctx", "hi"]  # the input after a newline; history's first turn
     broken = [{"conversations": [{"from": "human", "value": "Tea?"}]}]  # no answer: not a conversation
     (tmp_path / "chat.json").write_text(json.dumps(broken))
     with pytest.raises(DataError, match="row 1"):
