@@ -8,6 +8,7 @@ a folder of them), or a hub dataset's downloaded copy (engine.data.hub), convert
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from engine.data.files import SUFFIX_KINDS, read_rows
@@ -120,7 +121,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
     require_supported(spec)
     if spec.is_local:
         path = dataset_file_path(spec, dataset_dir)
-        records = read_records(path)
+        records = local_split(read_records(path), spec.split, spec.name)
     else:
         from engine.data.hub import read_hub_records
 
@@ -139,6 +140,31 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
     if errors:
         raise DataError(_errors_message(spec, path, errors))
     return examples
+
+
+_SPLIT = re.compile(r"^\s*train\s*(?:\[\s*(-?\d+%?)?\s*:\s*(-?\d+%?)?\s*\])?\s*$")
+
+
+def local_split(records: list, split: str | None, name: str) -> list:
+    """The rows a local file's ``split`` selects. LLaMA-Factory hands a local file to ``datasets.load_dataset``
+    with the entry's split, where the file is the one split ``train``; a slice (``train[:100]``,
+    ``train[10%:]``) takes part of it, with percentages rounded as datasets rounds them ("closest")."""
+    if split is None or split.strip() == "train":
+        return records
+    found = _SPLIT.match(split)
+    if not found:
+        raise DataError(f"Dataset {name!r}: split {split!r} does not exist in a local file, which holds one split, "
+                        "train. Write train, or a slice of it such as train[:1000] or train[:10%].")
+    start, stop = (_split_bound(bound, len(records)) for bound in found.groups())
+    return records[start:stop]
+
+
+def _split_bound(bound: str | None, total: int) -> int | None:
+    if bound is None:
+        return None
+    if bound.endswith("%"):
+        return int(round(int(bound[:-1]) * total / 100.0))
+    return int(bound)
 
 
 def _sample_indices(total: int, num_samples: int | None) -> list[int]:

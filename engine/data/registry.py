@@ -66,7 +66,7 @@ class DatasetSpec:
     ranking: bool = False
     """A preference set (chosen/rejected answers) for DPO rather than SFT data."""
     split: str = "train"
-    """Split name; meaningful for hub datasets only."""
+    """The hub dataset's split; a local file is the one split train, of which a slice (train[:100]) takes part."""
     subset: str | None = None
     folder: str | None = None
     num_samples: int | None = None

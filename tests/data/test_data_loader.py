@@ -235,3 +235,34 @@ def test_openai_formatting_keeps_llamafactorys_system_text():
     assert openai_system("Be brief.", None) == "Be brief.\ndetailed thinking off"
     assert openai_system("Be brief. detailed thinking on", None) == "Be brief. detailed thinking on"
     assert openai_system("Be brief.", tools) == "Be brief.\n"
+
+
+@pytest.mark.parametrize(("split", "kept"), [("train", [0, 1, 2, 3, 4]), ("train[:2]", [0, 1]),
+                                             ("train[40%:]", [2, 3, 4]), ("train[1:-1]", [1, 2, 3]),
+                                             ("train[-20%:]", [4])])
+def test_a_split_slice_takes_part_of_a_local_file_as_datasets_does(tmp_path, split, kept):
+    rows = [{"instruction": f"Q{i}", "output": f"A{i}"} for i in range(5)]
+    (tmp_path / "five.json").write_text(json.dumps(rows))
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"five": {"file_name": "five.json", "split": split}}))
+    assert [e["messages"][0]["content"] for e in load_examples("five", tmp_path)] == [f"Q{i}" for i in kept]
+
+
+def test_a_split_a_local_file_does_not_have_is_refused(tmp_path):
+    (tmp_path / "five.json").write_text(json.dumps([{"instruction": "Q", "output": "A"}]))
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"five": {"file_name": "five.json", "split": "test"}}))
+    with pytest.raises(DataError, match="split 'test' does not exist in a local file.*train\\[:1000\\]"):
+        load_examples("five", tmp_path)
+
+
+def test_split_slices_match_the_datasets_library(tmp_path):
+    """The same rows as datasets.load_dataset(..., split=S) on the file, which is what LLaMA-Factory calls."""
+    from datasets import load_dataset
+
+    from engine.data.loader import local_split
+
+    (tmp_path / "seven.json").write_text(json.dumps([{"q": i} for i in range(7)]))
+    for split in ("train[:2]", "train[40%:]", "train[1:-1]", "train[-20%:]", "train[:33%]", "train[50%:]", "train"):
+        expected = [row["q"] for row in load_dataset("json", data_files=str(tmp_path / "seven.json"), split=split,
+                                                     cache_dir=str(tmp_path / "cache"))]
+        assert local_split(list(range(7)), split, "seven") == expected, split
+
