@@ -29,6 +29,8 @@ LF_KEYS: dict[str, Rule] = {
               badam_start_block=None, badam_switch_mode="ascending", badam_switch_interval=50,
               badam_update_ratio=0.05, badam_mask_mode="adjacent", badam_verbose=0),
     **refused("Transformers' GaLore/APOLLO optimizer targets", _ADAMW, optim_target_modules=None),
+    **refused("dropping an epoch's last incomplete batch", "every sample trains here; remove the key",
+              dataloader_drop_last=False),
     **refused("LLaMA-Factory's Adam-mini optimizer", _ADAMW, use_adam_mini=False),
     **refused("LLaMA-Factory's Muon optimizer", _ADAMW, use_muon=False),
     **refused("the legacy Adafactor switch", "use optim: adafactor", adafactor=False),
@@ -166,7 +168,7 @@ LF_KEYS: dict[str, Rule] = {
     **refused("LLaMA-Factory v1's context-parallel modes other than Ulysses", None, cp_mode="ulysses"),
     # --- accepted, named once as not used: they change nothing that is trained or generated
     **unused("data preparation workers and caches", "preprocessing_num_workers", "preprocessing_batch_size",
-             "overwrite_cache", "data_shared_file_system", "buffer_size", "dataloader_drop_last",
+             "overwrite_cache", "data_shared_file_system", "buffer_size",
              "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
              "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
              "remove_unused_columns", "label_names", "length_column_name"),
