@@ -187,6 +187,8 @@ class ChatModel:
 
     def encode(self, messages: Messages, system: str | None = None) -> list[int]:
         """The prompt token ids, ending with the assistant header, exactly as training rendered prompts."""
+        if messages and messages[0].get("role") == "system":  # a prompt file's own system prompt (prompts.py)
+            system, messages = system or messages[0]["content"], messages[1:]
         if not messages:
             raise ConfigError("A conversation needs at least one user message.")
         return self.template.encode_prompt(self.tokenizer, messages, system or self.config.default_system)

@@ -12,7 +12,9 @@ def read_prompts(path: str | Path) -> list[list[dict]]:
     """Conversations to answer, each ending with a user message.
 
     ``.txt``: one prompt per non-empty line. ``.json`` (a list) or ``.jsonl``: rows with ``prompt``, or alpaca
-    ``instruction`` (+ ``input``), or OpenAI-style ``messages``, or a bare string.
+    ``instruction`` (+ ``input``, ``history``, ``system``, as training reads them), or OpenAI-style ``messages``,
+    or sharegpt ``conversations`` (from/value), or a bare string. A system prompt comes first as a ``system``
+    message (ChatModel.encode renders it as the template's system part).
     """
     return [conversation for conversation, _reference in read_prompt_rows(path)]
 
@@ -76,21 +78,50 @@ def _conversation(row, path: Path, number: int) -> list[dict]:
     if isinstance(row, str) and row.strip():
         return [{"role": "user", "content": row}]
     if isinstance(row, dict):
+        system = [{"role": "system", "content": row["system"]}] \
+            if isinstance(row.get("system"), str) and row["system"].strip() else []
         if isinstance(row.get("prompt"), str) and row["prompt"].strip():
-            return [{"role": "user", "content": row["prompt"]}]
+            return system + [{"role": "user", "content": row["prompt"]}]
         if isinstance(row.get("instruction"), str) and row["instruction"].strip():
             extra = row.get("input")
             content = row["instruction"] + (f"\n{extra}" if isinstance(extra, str) and extra else "")
-            return [{"role": "user", "content": content}]
-        messages = row.get("messages")
-        if isinstance(messages, list) and messages and all(_is_message(m) for m in messages):
+            return system + _history(row.get("history"), path, number) + [{"role": "user", "content": content}]
+        messages = _messages(row)
+        if messages and all(_is_message(m) for m in messages):
             # A trailing assistant message is the reference answer, not part of the prompt.
             if messages[-1]["role"] == "assistant":
                 messages = messages[:-1]
+            if messages and messages[0]["role"] == "system":
+                system, messages = messages[:1], messages[1:]
             if messages and messages[-1]["role"] == "user":
-                return [{"role": m["role"], "content": m["content"]} for m in messages]
-    raise DataError(f"{path} row {number}: expected a string or an object with prompt, instruction or messages "
-                    "(each message an object with text role and content, ending with a user message).")
+                return system + [{"role": m["role"], "content": m["content"]} for m in messages]
+    raise DataError(f"{path} row {number}: expected a string or an object with prompt, instruction, messages or "
+                    "conversations (each message an object with text role and content, or from and value, ending "
+                    "with a user message).")
+
+
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+def _messages(row: dict) -> list | None:
+    """OpenAI ``messages`` as they are, or sharegpt ``conversations`` (from/value, LF's default tags) as messages."""
+    if isinstance(row.get("messages"), list):
+        return row["messages"] or None
+    turns = row.get("conversations")
+    if not isinstance(turns, list) or not turns:
+        return None
+    return [{"role": SHAREGPT_ROLES.get(t.get("from"), t.get("from")), "content": t.get("value")}
+            if isinstance(t, dict) and "from" in t else t for t in turns]
+
+
+def _history(history, path: Path, number: int) -> list[dict]:
+    """Alpaca ``history`` ([[instruction, answer], ...]) as the turns before the prompt, as training renders it."""
+    if history is None or history == []:
+        return []
+    if not isinstance(history, list) or not all(isinstance(pair, list) and len(pair) == 2 and
+                                                all(isinstance(text, str) for text in pair) for pair in history):
+        raise DataError(f"{path} row {number}: history must be a list of [instruction, answer] pairs of text.")
+    return [{"role": role, "content": text} for pair in history for role, text in zip(("user", "assistant"), pair)]
 
 
 def _reference(row) -> str | None:
@@ -99,8 +130,8 @@ def _reference(row) -> str | None:
     for key in ("reference", "output"):
         if isinstance(row.get(key), str) and row[key].strip():
             return row[key]
-    messages = row.get("messages")
-    if isinstance(messages, list) and messages and _is_message(messages[-1]) and messages[-1]["role"] == "assistant":
+    messages = _messages(row)
+    if messages and _is_message(messages[-1]) and messages[-1]["role"] == "assistant":
         return messages[-1]["content"]
     return None
 

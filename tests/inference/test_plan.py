@@ -117,6 +117,33 @@ def test_prompt_files(tmp_path):
         read_prompts(tmp_path / "bad.jsonl")
 
 
+def test_prompt_rows_in_training_shapes_keep_their_system_and_history(tmp_path):
+    """A held-out row of the training data asks what training showed: alpaca's system and history, and sharegpt
+    conversations (from/value), with the trailing answer as the reference."""
+    from engine.inference.prompts import read_prompt_rows
+
+    rows = [{"instruction": "Q", "output": "R", "system": "SYS", "history": [["a", "b"]]},
+            {"conversations": [{"from": "system", "value": "S2"}, {"from": "human", "value": "hi"},
+                               {"from": "gpt", "value": "hello"}]}]
+    (tmp_path / "held.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    (first, ref1), (second, ref2) = read_prompt_rows(tmp_path / "held.jsonl")
+    assert first == [{"role": "system", "content": "SYS"}, {"role": "user", "content": "a"},
+                     {"role": "assistant", "content": "b"}, {"role": "user", "content": "Q"}] and ref1 == "R"
+    assert second == [{"role": "system", "content": "S2"}, {"role": "user", "content": "hi"}] and ref2 == "hello"
+
+
+def test_a_leading_system_message_is_encoded_as_the_system_prompt(demo_model_dir):
+    from engine.inference.chat_model import ChatModel
+
+    model = ChatModel(load_infer_config({"model_name_or_path": str(demo_model_dir), "template": "qwen"}))
+    try:
+        asked = [{"role": "user", "content": "Q"}]
+        assert model.encode([{"role": "system", "content": "SYS"}, *asked]) == model.encode(asked, "SYS")
+        assert model.encode([{"role": "system", "content": "SYS"}, *asked]) != model.encode(asked)
+    finally:
+        model.close()
+
+
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_modelfile_pieces_reproduce_every_template(name):
     template = TEMPLATES[name].with_tokens("<s>", "</s>")  # as bound to a tokenizer with these BOS / EOS
