@@ -24,8 +24,8 @@ ROWS_SHOWN = 50
 @fail_on_engine_error
 def check(
     file: Path = typer.Argument(..., help="A data file: json, jsonl, csv, parquet or arrow.", show_default=False),
-    file_format: Optional[str] = typer.Option(None, "--format", help="Read the file as alpaca, sharegpt or text "
-                                         "(pre-training; default: detected; OpenAI messages count as sharegpt)."),
+    file_format: Optional[str] = typer.Option(None, "--format", help="Read the file as alpaca, sharegpt, openai "
+                                         "(OpenAI messages with tool calls) or text (pre-training); default: detected."),
     fix: Optional[Path] = typer.Option(None, "--fix", metavar="OUT", help="Write a repaired copy to OUT (.json or "
                                        ".jsonl, a new file); the input is never changed."),
     fill: Optional[List[str]] = typer.Option(None, "--fill", metavar="NAME=VALUE", help="With --fix: replace "
@@ -40,8 +40,8 @@ def check(
     from engine.data.files import read_rows
 
     console = Console(highlight=False)
-    if file_format is not None and file_format not in ("alpaca", "sharegpt", "text"):
-        raise typer.BadParameter(f"{file_format!r} is not a format; use alpaca, sharegpt or text.",
+    if file_format is not None and file_format not in ("alpaca", "sharegpt", "openai", "text"):
+        raise typer.BadParameter(f"{file_format!r} is not a format; use alpaca, sharegpt, openai or text.",
                                  param_hint="--format")
     values = _parse_fill(fill or [])
     if values and fix is None:

@@ -133,7 +133,18 @@ def spec_for(rows: list[Any], file_format: FileFormat, ranking: bool, name: str)
         columns.update(chosen="chosen", rejected="rejected")
     columns.update({"kto_tag": kto} if kto else {})
     tags = dict(OPENAI_TAGS) if file_format == "openai" else {}
-    return DatasetSpec(name=name, formatting="sharegpt", ranking=ranking, columns=columns, tags=tags)
+    # OpenAI tool calling (assistant tool_calls, one tool message per result) reads only as formatting: openai
+    formatting = "openai" if file_format == "openai" and _uses_tool_calls(rows, columns["messages"]) else "sharegpt"
+    return DatasetSpec(name=name, formatting=formatting, ranking=ranking, columns=columns, tags=tags)
+
+
+def _uses_tool_calls(rows: list[Any], column: str) -> bool:
+    for row in rows[:200]:
+        messages = row.get(column) if isinstance(row, dict) else None
+        for message in messages if isinstance(messages, list) else []:
+            if isinstance(message, dict) and (message.get("tool_calls") or message.get("role") == "tool"):
+                return True
+    return False
 
 
 def media_problems(rows: list[Any], spec: DatasetSpec | None) -> list[Problem]:

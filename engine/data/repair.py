@@ -13,7 +13,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from engine.data.formats import ASSISTANT_SIDE, FUNCTION, OBSERVATION, ROLE_ALIASES, USER, USER_SIDE
+from engine.data.formats import (ASSISTANT_SIDE, FUNCTION, OBSERVATION, ROLE_ALIASES, TOOL_RESPONSE_JOIN, USER,
+                                 USER_SIDE)
 
 ALPACA_FIELDS: dict[str, tuple[str, ...]] = {
     "instruction": ("instruction", "prompt", "question"),
@@ -155,7 +156,10 @@ def _alternate(turns: list[tuple[str, str]], ranking: bool, notes: Counter) -> l
     merged: list[tuple[str, str]] = []
     for role, text in turns:
         side = role in USER_SIDE
-        if merged and (merged[-1][0] in USER_SIDE) == side:
+        if merged and merged[-1][0] == role == OBSERVATION:  # several tool results: LF's openai join
+            merged[-1] = (role, merged[-1][1] + TOOL_RESPONSE_JOIN + text)
+            notes["joined consecutive tool results into one observation"] += 1
+        elif merged and (merged[-1][0] in USER_SIDE) == side:
             merged[-1] = (merged[-1][0], merged[-1][1] + "\n\n" + text)
             notes["merged consecutive turns of the same side"] += 1
         else:

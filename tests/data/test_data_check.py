@@ -186,3 +186,24 @@ def test_identical_preference_answers_are_reported(tmp_path):
     assert report.ranking
     identical = [p for p in report.problems if "identical" in p.message]
     assert [p.row for p in identical] == [2] and identical[0].level == "error"
+
+
+def test_an_openai_tool_calling_file_checks_as_formatting_openai_and_trains_so(tmp_path):
+    """Assistant tool_calls (content null) and one tool message per result: the check suggests formatting: openai,
+    under which it loads; a repaired copy joins the results with LLaMA-Factory's tool_response separator."""
+    calls = [{"id": "1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]
+    rows = [{"messages": [{"role": "user", "content": f"Weather {i}?"},
+                          {"role": "assistant", "content": None, "tool_calls": calls},
+                          {"role": "tool", "content": "3 C"}, {"role": "tool", "content": "4 C"},
+                          {"role": "assistant", "content": "Cold."}]} for i in range(3)]
+    source = tmp_path / "tools.json"
+    source.write_text(json.dumps(rows))
+    report = check_file(source)
+    assert report.ok and report.spec.formatting == "openai", [p.message for p in report.problems]
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"tools": {"file_name": "tools.json",
+                                                                     **report.spec.to_dict()}}))
+    assert [m["role"] for m in load_examples("tools", tmp_path)[0]["messages"]] == \
+        ["user", "function_call", "observation", "assistant"]
+    convert_file(source, tmp_path / "fixed.json")
+    fixed = json.loads((tmp_path / "fixed.json").read_text())
+    assert fixed[0]["conversations"][2]["value"] == "3 C\n</tool_response>\n<tool_response>\n4 C"
