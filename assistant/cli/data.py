@@ -134,7 +134,7 @@ def preview(
     from rich.console import Console
 
     import engine
-    from engine.data.loader import load_examples, load_texts
+    from engine.data.loader import data_options, load_examples, load_texts
     from engine.data.preview import preview_data, preview_text
     from engine.config.paths import dataset_dir_of
     from engine.errors import ConfigError
@@ -150,12 +150,11 @@ def preview(
     tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
     template = resolve_template(cfg, model_path, tokenizer)
     if cfg.stage == "pt":  # raw text cut into rows, as the pre-training recipe reads it
-        texts = load_texts(cfg.dataset, dataset_dir, max_samples=cfg.max_samples)
+        texts = load_texts(cfg.dataset, dataset_dir, **data_options(cfg))
         result = preview_text(texts, tokenizer, template.name, cfg.cutoff_len, n=n, packing=cfg.packing_enabled,
                               control_tokens_in_text=cfg.allow_special_tokens_in_text)
     else:  # dpo and rm read chosen/rejected pairs; kto rows show whether their answer is marked desirable
-        examples = load_examples(cfg.dataset, dataset_dir, max_samples=cfg.max_samples,
-                                 ranking=cfg.stage in ("dpo", "rm"))
+        examples = load_examples(cfg.dataset, dataset_dir, **data_options(cfg), ranking=cfg.stage in ("dpo", "rm"))
         result = preview_data(examples, tokenizer, template, cfg.cutoff_len, n=n,
                               train_on_prompt=cfg.train_on_prompt, mask_history=cfg.mask_history)
     if json_out:

@@ -72,6 +72,13 @@ def split_names(dataset: str | list[str]) -> list[str]:
     return names
 
 
+def data_options(config) -> dict:
+    """How a training config's named datasets are read and mixed (as LLaMA-Factory: per-dataset max_samples,
+    then the mix): the keyword arguments of load_examples and load_texts, for training and `data preview` alike."""
+    return {"max_samples": config.max_samples, "mix_strategy": config.mix_strategy,
+            "interleave_probs": config.interleave_probs, "seed": config.seed, "cache_dir": config.cache_dir}
+
+
 def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: int | None = None,
                   ranking: bool | None = None, mix_strategy: str = "concat", interleave_probs=None,
                   seed: int = 42, cache_dir: str | None = None) -> list[dict]:

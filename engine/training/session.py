@@ -61,10 +61,10 @@ class Session:
         return dataset_dir_of(self.config)
 
     def data_options(self) -> dict:
-        """How the named datasets are read and mixed (as LLaMA-Factory: per-dataset max_samples, then the mix)."""
-        c = self.config
-        return {"max_samples": c.max_samples, "mix_strategy": c.mix_strategy, "interleave_probs": c.interleave_probs,
-                "seed": c.seed, "cache_dir": c.cache_dir}
+        """How the named datasets are read and mixed (engine.data.loader.data_options)."""
+        from engine.data.loader import data_options
+
+        return data_options(self.config)
 
     def train_and_eval(self, encode: Callable[[str], list], *, empty: str, unit: str = "samples",
                        before_split: Callable[[list], str | None] | None = None) -> tuple[list, list]:

@@ -99,6 +99,17 @@ def test_preview_highlights_trained_spans_and_counts_tokens(tmp_path, demo_model
     assert "\x1b[1;32m" in result.output  # the trained answer is printed bold green
     override = runner.invoke(app, ["preview", str(config), "dataset=alpca_demo"], env=WIDE)
     assert override.exit_code == 2 and "Did you mean alpaca_demo" in override.output
+    # the preview mixes as training mixes: interleave_under stops at the first exhausted dataset
+    mixed = runner.invoke(app, ["preview", str(config), "max_samples=7", "dataset=alpaca_demo,identity",
+                                "mix_strategy=interleave_under", "interleave_probs=0.5,0.5"], env=WIDE)
+    assert mixed.exit_code == 0, mixed.output
+    import engine
+    from engine.data.loader import data_options, load_examples
+
+    cfg = engine.load_config(config, "max_samples=7", "dataset=alpaca_demo,identity", "mix_strategy=interleave_under",
+                             "interleave_probs=0.5,0.5")
+    count = len(load_examples(cfg.dataset, REPO_DATA, **data_options(cfg)))
+    assert count < 14 and f"rows {count} -> samples {count}" in mixed.output
 
 
 def test_importing_the_cli_module_does_not_import_torch():
