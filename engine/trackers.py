@@ -1,7 +1,9 @@
 """Experiment trackers for ``report_to``: TensorBoard event files, W&B offline, SwanLab local, MLflow file store.
 
 ``open_trackers(config, run_dir)`` returns one ``Tracker`` (``log(step, metrics)``, ``close()``) that writes to
-every tracker the config names; everything is written inside the run folder and nothing goes over the network.
+every tracker the config names; everything is written inside the run folder and nothing goes over the network
+unless the user says so in W&B's own way (WANDB_MODE=online; WANDB_PROJECT names the project), which a note in
+the run's log tells them, since LLaMA-Factory's W&B logs online by default.
 Importing this module imports no tracker package (and no torch): ``missing_packages`` tells ``validate`` what is
 not installed before a run starts.
 """
@@ -75,11 +77,19 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+def wandb_mode() -> tuple[str, str]:
+    """(mode, project): offline into the run folder unless WANDB_MODE says otherwise; WANDB_PROJECT or ours."""
+    import os
+
+    return os.environ.get("WANDB_MODE") or "offline", os.environ.get("WANDB_PROJECT") or PROJECT
+
+
 class WandbTracker:
     def __init__(self, run_dir: Path, name: str, settings: dict[str, Any]):
         import wandb
 
-        self.run = wandb.init(project=PROJECT, name=name, dir=str(run_dir), mode="offline", config=settings)
+        mode, project = wandb_mode()
+        self.run = wandb.init(project=project, name=name, dir=str(run_dir), mode=mode, config=settings)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         self.run.log(_numbers(metrics), step=step)
@@ -159,6 +169,9 @@ def open_trackers(config, run_dir: str | Path, on_error=None) -> Trackers:
             opened.append(TensorBoardTracker(run_dir / "tensorboard"))
         elif tracker == "wandb":
             opened.append(WandbTracker(run_dir, name, settings))
+            if on_error is not None and wandb_mode()[0] == "offline":
+                on_error(f"W&B logs offline into {run_dir / 'wandb'}: `wandb sync` uploads it, or set "
+                         "WANDB_MODE=online before training to send it as it trains.")
         elif tracker == "swanlab":
             opened.append(SwanlabTracker(run_dir, name, settings))
         elif tracker == "mlflow":

@@ -63,3 +63,25 @@ def test_a_failing_tracker_is_dropped_not_fatal():
     trackers.log(1, {"loss": 1.0})
     trackers.log(2, {"loss": 0.5})
     assert len(notes) == 1 and "disk full" in notes[0] and trackers.trackers == []
+
+
+def test_wandb_logs_offline_and_says_so_unless_wandb_mode_says_otherwise(tmp_path, monkeypatch):
+    """W&B itself is optional (not installed here): a stand-in records what wandb.init is asked for."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(init=lambda **kwargs: calls.append(kwargs) or types.SimpleNamespace(
+        log=lambda *a, **k: None, finish=lambda: None))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    notes = []
+    open_trackers(config("wandb"), tmp_path / "run", on_error=notes.append).close()
+    assert calls[-1]["mode"] == "offline" and calls[-1]["project"] == "lf-assistant"
+    assert notes and "offline" in notes[0] and "WANDB_MODE=online" in notes[0]
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_PROJECT", "mine")
+    notes.clear()
+    open_trackers(config("wandb"), tmp_path / "run", on_error=notes.append).close()
+    assert (calls[-1]["mode"], calls[-1]["project"]) == ("online", "mine") and notes == []
