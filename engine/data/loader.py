@@ -19,8 +19,6 @@ from engine.errors import DataError
 
 __all__ = ["convert_record", "load_examples", "load_texts", "read_records", "split_names"]
 
-# num_samples draws rows at random (as LLaMA-Factory does); a fixed seed keeps runs reproducible.
-SAMPLING_SEED = 42
 _ERRORS_SHOWN = 5
 
 
@@ -91,7 +89,7 @@ def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: i
         raise DataError(f"max_samples must be at least 1, not {max_samples}.")
     specs = [get_dataset_spec(name, Path(dataset_dir)) for name in split_names(dataset)]
     _check_ranking(specs, ranking)
-    parts = [_load_one(spec, Path(dataset_dir), max_samples, cache_dir=cache_dir) for spec in specs]
+    parts = [_load_one(spec, Path(dataset_dir), max_samples, cache_dir=cache_dir, seed=seed) for spec in specs]
     return mix(parts, mix_strategy, interleave_probs, seed)
 
 
@@ -105,7 +103,8 @@ def load_texts(dataset: str | list[str], dataset_dir: Path, *, max_samples: int 
         spec = get_dataset_spec(name, Path(dataset_dir))
         if spec.ranking:
             raise DataError(f"Dataset {spec.name!r} is a preference dataset; pre-training reads plain text.")
-        parts.append(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text, cache_dir=cache_dir))
+        parts.append(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text, cache_dir=cache_dir,
+                               seed=seed))
     return mix(parts, mix_strategy, interleave_probs, seed)
 
 
@@ -123,7 +122,7 @@ def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
                             "one answer per prompt. Use it with stage: dpo, or pick an SFT dataset.")
 
 
-def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, convert=convert_record,
+def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, convert=convert_record, seed: int = 42,
               cache_dir: str | None = None) -> list:
     require_supported(spec)
     if spec.is_local:
@@ -135,7 +134,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
         path, records = read_hub_records(spec, dataset_dir, cache_dir)
     if not records:
         raise DataError(f"Dataset {spec.name!r} ({path}) has no rows.")
-    indices = _sample_indices(len(records), spec.num_samples)
+    indices = _sample_indices(len(records), spec.num_samples, seed)
     if max_samples is not None:
         indices = indices[:max_samples]
     examples, errors = [], []
@@ -174,10 +173,12 @@ def _split_bound(bound: str | None, total: int) -> int | None:
     return int(bound)
 
 
-def _sample_indices(total: int, num_samples: int | None) -> list[int]:
+def _sample_indices(total: int, num_samples: int | None, seed: int) -> list[int]:
+    """num_samples rows drawn at random, as LLaMA-Factory does, from the run's seed (so runs reproduce, and a new
+    seed draws other rows, as it does there)."""
     if num_samples is None:
         return list(range(total))
-    rng = random.Random(SAMPLING_SEED)
+    rng = random.Random(seed)
     indices = rng.sample(range(total), min(num_samples, total))
     while len(indices) < num_samples:  # more than the file holds: repeat rows, as LF does
         indices += rng.sample(range(total), min(num_samples - len(indices), total))

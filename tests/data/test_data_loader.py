@@ -117,6 +117,8 @@ def test_num_samples_draws_rows_reproducibly(make_dataset):
     folder = make_dataset("a", [{"instruction": f"q{i}", "output": "x"} for i in range(10)], {"num_samples": 4})
     first = [e["source"] for e in load_examples("a", folder)]
     assert len(first) == 4 and len(set(first)) == 4 and first == [e["source"] for e in load_examples("a", folder)]
+    reseeded = [[e["source"] for e in load_examples("a", folder, seed=seed)] for seed in (1, 2, 3)]
+    assert any(drawn != first for drawn in reseeded)  # the run's seed draws the rows, as in LLaMA-Factory
     make_dataset("small", [{"instruction": "q", "output": "x"}], {"num_samples": 3})
     assert len(load_examples("small", folder)) == 3  # more than the file holds: rows repeat
 
