@@ -7,14 +7,18 @@ checked twice while both versions are at hand:
    and equal base + update (within the dtype's rounding).
 2. Logits: the merged model's logits on a few probe prompts must match the unmerged base + adapter model's.
 
+Several adapters merge in order, each into the weights the previous ones left, as LLaMA-Factory does. Adapters that
+touch the same matrix add up there, so what the export must hold at an earlier adapter's entries is the base plus
+every later adapter's update too: each fingerprint carries the updates merged after it (``carry_forward``).
+
 Tied input/output embeddings (small Qwen, Llama 3.2, Gemma) share one tensor; when an adapter touches either side,
 the output side gets its own copy first, so merging changes only what the adapter trained (pain point #8859).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -35,13 +39,16 @@ class Fingerprint:
     param: str
     index: torch.Tensor
     base: torch.Tensor
+    """The entries before this fingerprint's adapter merged (earlier adapters already in them)."""
     delta: torch.Tensor
+    """The update the entries take: this adapter's B·A, plus that of every adapter merged after it."""
 
 
 def merge_adapters(model, adapters: list[str], probe: dict, *, base_model: str,
                    progress: Callable[[str], None] = lambda _msg: None) -> tuple[object, list[Check], list[Fingerprint],
                                                                                  list[str]]:
-    """(merged model, checks, fingerprints, notes). Raises ModelError when an adapter changes nothing."""
+    """(merged model, checks, fingerprints of what the export must hold, notes). Raises ModelError when an adapter
+    changes nothing."""
     checks: list[Check] = []
     prints: list[Fingerprint] = []
     notes: list[str] = []
@@ -52,7 +59,7 @@ def merge_adapters(model, adapters: list[str], probe: dict, *, base_model: str,
         note = untie_adapted_embeddings(peft_model)
         if note:
             notes.append(note)
-        adapter_prints = fingerprints(peft_model)
+        adapter_prints, prints = fingerprints(peft_model, carry_forward=prints)
         if not adapter_prints:
             raise ModelError(
                 f"The adapter {adapter} changes nothing: every LoRA update (B·A) is zero, so the export would be the "
@@ -64,7 +71,6 @@ def merge_adapters(model, adapters: list[str], probe: dict, *, base_model: str,
         checks.append(check_weights(model, adapter_prints, adapter))
         checks.append(check_logits(reference, probe_logits(model, probe), probe["attention_mask"], adapter,
                                    next(model.parameters()).dtype))
-        prints.extend(adapter_prints)
     return model, checks, prints, notes
 
 
@@ -92,11 +98,34 @@ def untie_adapted_embeddings(peft_model) -> str | None:
             "(tie_word_embeddings: false); each keeps what training gave it.")
 
 
-def fingerprints(peft_model) -> list[Fingerprint]:
-    """For each LoRA-wrapped matrix with a non-zero update: its largest-update entries, before merging."""
+def fingerprints(peft_model, carry_forward: Sequence[Fingerprint] = ()) -> tuple[list[Fingerprint],
+                                                                                 list[Fingerprint]]:
+    """(this adapter's fingerprints, `carry_forward` with this adapter's update added at their entries followed by
+    this adapter's fingerprints), taken before merging. A fingerprint is an adapted matrix's largest-update entries.
+
+    The first list is what this adapter's own merge must change; the second is what the export must hold once this
+    adapter is merged on top of the ones before it."""
+    carried = list(carry_forward)
+    positions: dict[str, list[int]] = {}
+    for position, fingerprint in enumerate(carried):
+        positions.setdefault(fingerprint.param, []).append(position)
+    found = []
+    for param, weight, delta in _updates(peft_model):
+        flat_delta = delta.flatten().float()
+        for position in positions.get(param, []):
+            before = carried[position]
+            added = flat_delta[before.index.to(flat_delta.device)].cpu()
+            carried[position] = replace(before, delta=before.delta + added)
+        index = flat_delta.abs().topk(min(TOP_K_ENTRIES, flat_delta.numel())).indices
+        found.append(Fingerprint(param, index.cpu(), weight.detach().flatten()[index].cpu().clone(),
+                                 flat_delta[index].cpu()))
+    return found, carried + found
+
+
+def _updates(peft_model):
+    """(parameter name, base weight, B·A) for each LoRA-wrapped matrix of the active adapter with a non-zero update."""
     from peft.tuners.lora import LoraLayer
 
-    found = []
     for name, module in peft_model.named_modules():
         if not isinstance(module, LoraLayer):
             continue
@@ -107,12 +136,7 @@ def fingerprints(peft_model) -> list[Fingerprint]:
             delta = module.get_delta_weight(adapter_name).detach()
             if delta.shape != weight.shape or not bool(delta.abs().max() > 0):
                 continue
-            flat_delta = delta.flatten().float()
-            index = flat_delta.abs().topk(min(TOP_K_ENTRIES, flat_delta.numel())).indices
-            param = name.removeprefix("base_model.model.") + ".weight"
-            found.append(Fingerprint(param, index.cpu(), weight.detach().flatten()[index].cpu().clone(),
-                                     flat_delta[index].cpu()))
-    return found
+            yield name.removeprefix("base_model.model.") + ".weight", weight, delta
 
 
 def expected_values(fingerprint: Fingerprint, dtype: torch.dtype) -> torch.Tensor:

@@ -99,18 +99,23 @@ def read_weights(folder: Path, files: list[str]):
 
 def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprint], shard_bytes: int,
                   label: str = "merged") -> list[Check]:
-    """Read the written files back: they hold exactly the in-memory (`label`) weights, the adapter's changes, and
-    every shard is within size."""
+    """Read the written files back: they hold exactly the in-memory (`label`) weights, the adapters' changes, and
+    every shard is within size.
+
+    `prints` come from merge_adapters: one per adapter and adapted matrix, each already summing the updates of the
+    adapters merged after it, so a matrix several adapters touch is checked at every adapter's entries."""
     state = {name: tensor.detach() for name, tensor in model.state_dict().items()}
     saved, differing = set(), []
-    by_param = {p.param: p for p in prints}
+    by_param: dict[str, list[Fingerprint]] = {}
+    for fingerprint in prints:
+        by_param.setdefault(fingerprint.param, []).append(fingerprint)
     carried = 0
     for name, tensor in read_weights(folder, files):
         saved.add(name)
         if name not in state or not torch.equal(tensor, state[name].to("cpu")):
             differing.append(name)
-        if name in by_param and entries_match(tensor.flatten()[by_param[name].index], by_param[name]):
-            carried += 1
+        flat = tensor.flatten()
+        carried += sum(entries_match(flat[p.index], p) for p in by_param.get(name, []))
     stored = {_storage(t) for n, t in state.items() if n in saved}
     missing = [n for n in state if n not in saved and _storage(state[n]) not in stored]  # tied aliases are fine
     checks = [Check(name=f"export files hold the {label} weights", passed=not differing and not missing,
@@ -118,9 +123,12 @@ def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprin
                            + (f"; differ: {', '.join(differing[:5])}" if differing else "")
                            + (f"; missing: {', '.join(missing[:5])}" if missing else ""))]
     if prints:
+        overlapping = len(by_param) < len(prints)  # adapters that share a matrix: their updates add up there
+        detail = (f"{carried} of {len(prints)} (adapter, matrix) pairs in the files carry base + the sum of the "
+                  "adapters' B·A at that adapter's largest-update entries" if overlapping else
+                  f"{carried} of {len(prints)} adapted matrices in the files carry base + B·A")
         checks.append(Check(name="exported weights differ from the base where the adapter is non-zero",
-                            passed=carried == len(prints),
-                            detail=f"{carried} of {len(prints)} adapted matrices in the files carry base + B·A"))
+                            passed=carried == len(prints), detail=detail))
     checks.append(_check_shard_sizes(folder, files, shard_bytes))
     return checks
 

@@ -3,6 +3,7 @@
 import json
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from engine.export import load_export_config, make_export_config
 from engine.export.__main__ import main as export_main
 from engine.export.run import export_model
 
+REPO = Path(__file__).resolve().parents[2]
 PROMPTS = ["Who are you?", "What is tea?", "Say hello."]
 
 
@@ -178,13 +180,88 @@ def test_verification_catches_an_export_of_the_original_weights(lora_run, demo_m
     from engine.inference.source import attach_adapter
 
     adapted = attach_adapter(AutoModelForCausalLM.from_pretrained(demo_model_dir), str(lora_run), "demo")
-    prints = fingerprints(adapted)
+    _, prints = fingerprints(adapted)
     merged = adapted.merge_and_unload()
     files, _ = save_weights(AutoModelForCausalLM.from_pretrained(demo_model_dir), tmp_path, shard_bytes=10**9,
                             dtype=torch.float32, legacy=False, stop_ids=[2], pad_id=0)
     checks = {c.name: c.passed for c in verify_export(tmp_path, files, merged, prints, 10**9)}
     assert checks["export files hold the merged weights"] is False
     assert checks["exported weights differ from the base where the adapter is non-zero"] is False
+
+
+@pytest.fixture(scope="module")
+def stacked_run(lora_run, demo_model_dir, tmp_path_factory):
+    """A second adapter trained on lora_run merged into the base (create_new_adapter), on the same matrices
+    (lora_target: all for both): exporting lora_run,stacked_run merges two updates into each of them."""
+    import engine
+
+    root = tmp_path_factory.mktemp("stacked_run")
+    config = engine.load_config({
+        "model_name_or_path": str(demo_model_dir), "adapter_name_or_path": str(lora_run), "create_new_adapter": True,
+        "lora_target": "all", "dataset": "identity", "dataset_dir": str(REPO / "data"), "template": "qwen",
+        "finetuning_type": "lora", "cutoff_len": 96, "max_samples": 8, "per_device_train_batch_size": 4,
+        "learning_rate": 5e-3, "max_steps": 3, "save_strategy": "no", "seed": 11, "output_dir": str(root / "out"),
+        "lr_scheduler_type": "constant", "plot_loss": False})
+    status = engine.train(config, runs_dir=root / "runs").status()
+    assert status.state == "completed", status
+    return Path(status.output_dir)
+
+
+def merged_in_order(demo_model_dir, adapters):
+    """The base with each adapter merged into what the previous ones left, as LLaMA-Factory's export does."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(demo_model_dir)
+    for adapter in adapters:
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    return model.state_dict()
+
+
+def test_overlapping_adapters_export_base_plus_both_updates(lora_run, stacked_run, demo_model_dir, tmp_path):
+    """Pain point: two adapters on the same matrices always failed the read-back check and the export was removed,
+    because it compared the files with the last adapter's update alone."""
+    result = export_model(export_config(lora_run, demo_model_dir, tmp_path / "out",
+                                        adapter_name_or_path=f"{lora_run},{stacked_run}"))
+    assert all(c.passed for c in result.checks), [c.detail for c in result.checks if not c.passed]
+    carried = next(c for c in result.checks if c.name.startswith("exported weights differ"))
+    count = int(carried.detail.split()[0])
+    assert count > 0 and carried.detail.startswith(f"{count} of {count} (adapter, matrix) pairs")
+    base, first = load_file(demo_model_dir / "model.safetensors"), merged_in_order(demo_model_dir, [lora_run])
+    both, exported = merged_in_order(demo_model_dir, [lora_run, stacked_run]), all_weights(result.export_dir)
+    by_first = {k for k in base if not torch.equal(base[k], first[k])}
+    by_second = {k for k in base if not torch.equal(first[k], both[k])}
+    assert by_first and by_second == by_first  # the adapters overlap on every matrix
+    for name in base:
+        torch.testing.assert_close(exported[name], both[name], rtol=0, atol=1e-6)
+    record = json.loads((result.export_dir / "lfa_export.json").read_text())
+    assert record["adapters_merged"] == [str(lora_run), str(stacked_run)]
+
+
+def test_verification_catches_an_export_missing_the_second_adapter(lora_run, stacked_run, demo_model_dir, tmp_path):
+    """The read-back check stays meaningful with overlapping adapters: files holding only the first adapter's merge
+    fail it, files holding both pass."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.export.merge import fingerprints
+    from engine.export.writer import save_weights, verify_export
+    from engine.inference.source import attach_adapter
+
+    prints, model = [], AutoModelForCausalLM.from_pretrained(demo_model_dir)
+    for adapter in (lora_run, stacked_run):
+        adapted = attach_adapter(model, str(adapter), "demo")
+        _, prints = fingerprints(adapted, prints)
+        model = adapted.merge_and_unload()
+    name = "exported weights differ from the base where the adapter is non-zero"
+    first_only = AutoModelForCausalLM.from_pretrained(demo_model_dir)
+    first_only.load_state_dict(merged_in_order(demo_model_dir, [lora_run]))
+    files, _ = save_weights(first_only, tmp_path / "first", shard_bytes=10**9, dtype=torch.float32, legacy=False,
+                            stop_ids=[2], pad_id=0)
+    checks = {c.name: c for c in verify_export(tmp_path / "first", files, model, prints, 10**9)}
+    assert checks[name].passed is False and checks[name].detail.startswith("0 of ")
+    files, _ = save_weights(model, tmp_path / "both", shard_bytes=10**9, dtype=torch.float32, legacy=False,
+                            stop_ids=[2], pad_id=0)
+    assert all(c.passed for c in verify_export(tmp_path / "both", files, model, prints, 10**9))
 
 
 def test_export_keeps_the_base_dtype(lora_run, demo_model_dir, tmp_path):
