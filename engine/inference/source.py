@@ -2,7 +2,8 @@
 
 The template guard lives here (pain point: a template different from training's gives garbled or endless answers).
 Training records its template in ``lfa_training.json`` next to the adapter or model; a config that names another
-template is refused with both names and the fix. Without a record (a model trained elsewhere) the configured
+template is refused with both names and the fix. With several adapters every one's record is read: they must agree
+with each other and with the config. Without a record (a model trained elsewhere) the configured
 template is used, and the plan says it could not be checked.
 """
 
@@ -76,7 +77,10 @@ def plan_model(model_name_or_path: str | None, adapters: list[str], template: st
             "Remove adapter_name_or_path (model_name_or_path alone loads the fine-tuned model).")
     record_folder = adapters[-1] if adapters else str(model_dir)
     info = read_training_info(record_folder) if (adapters or model_info) else None
-    name, origin, notes = check_template(template, info, record_folder)
+    if adapters:
+        name, origin, notes = check_adapter_templates(template, adapters)
+    else:
+        name, origin, notes = check_template(template, info, record_folder)
     if adapters:
         method = (info or {}).get("finetuning_type") if (info or {}).get("finetuning_type") in ADAPTER_METHODS \
             else "lora"
@@ -86,6 +90,28 @@ def plan_model(model_name_or_path: str | None, adapters: list[str], template: st
     return ModelPlan(base_model=str(model_name_or_path), adapters=list(adapters), method=method,
                      template_name=name, template_origin=origin, tokenizer_source=tokenizer_source,
                      trained_base=(info or {}).get("base_model"), notes=notes)
+
+
+def check_adapter_templates(configured: str | None, adapters: list[str]) -> tuple[str | None, str, list[str]]:
+    """check_template for a list of adapters: every adapter answers in the one template chat and export use, so each
+    recorded training template must agree with the others and with the configured one."""
+    infos = {folder: read_training_info(folder) for folder in adapters}
+    recorded = {folder: info["template"] for folder, info in infos.items() if info and info.get("template")}
+    if len(set(recorded.values())) > 1:
+        said = ", ".join(f"{folder}: {_template_words(name)}" for folder, name in recorded.items())
+        config = f", and the config says template: {configured!r}" if configured not in (None, "", "auto") else ""
+        raise ConfigError(
+            f"Template mismatch: the adapters were trained with different templates ({said}){config}. Applied "
+            "together they answer in a single template, and one other than an adapter's training template gives "
+            "garbled or endless answers. Fix: use adapters trained with the same template (retrain one of them "
+            "with the other's template).")
+    # With the recorded ones agreeing, the last adapter that has a record speaks for all of them.
+    folder = next((f for f in reversed(adapters) if f in recorded), adapters[-1])
+    return check_template(configured, infos[folder], folder)
+
+
+def _template_words(name: str) -> str:
+    return "the model's own chat template (auto)" if name == "auto" else repr(name)
 
 
 def check_template(configured: str | None, info: dict | None, folder: str) -> tuple[str | None, str, list[str]]:

@@ -90,6 +90,26 @@ def test_template_guard(tmp_path):
         plan_model(str(full), [], "qwen")
 
 
+def test_template_guard_covers_every_adapter(tmp_path):
+    """Each adapter of a list answers in the one template chat and export use, so each one's is checked, whatever
+    its place in the list (the guard once read only the last adapter's record)."""
+    qw, qwen3 = fake_adapter(tmp_path / "qw", template="qwen"), fake_adapter(tmp_path / "base", template="qwen3")
+    for adapters in ([qw, qwen3], [qwen3, qw]):
+        for configured in ("qwen3", "qwen", None):
+            with pytest.raises(ConfigError, match="Template mismatch: the adapters were trained with different") as no:
+                plan_model("base", [str(a) for a in adapters], configured)
+            assert f"{qw}: 'qwen'" in str(no.value) and f"{qwen3}: 'qwen3'" in str(no.value)
+    also_qwen = fake_adapter(tmp_path / "also-qwen", template="qwen")
+    with pytest.raises(ConfigError, match="was trained with template 'qwen'.*template: 'qwen3'.*template=qwen"):
+        plan_model("base", [str(qw), str(also_qwen)], "qwen3")
+    assert plan_model("base", [str(qw), str(also_qwen)], None).template_name == "qwen"
+    unrecorded = fake_adapter(tmp_path / "elsewhere", template=None)  # the recorded adapter speaks for both
+    plan = plan_model("base", [str(qw), str(unrecorded)], None)
+    assert plan.template_name == "qwen" and str(qw) in plan.template_origin
+    with pytest.raises(ConfigError, match="'qwen'.*'llama3'"):
+        plan_model("base", [str(qw), str(unrecorded)], "llama3")
+
+
 def test_full_output_never_takes_an_adapter(tmp_path):
     full = fake_full_output(tmp_path / "full")
     adapter = fake_adapter(tmp_path / "adapter")
