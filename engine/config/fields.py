@@ -45,14 +45,15 @@ class Bounds:
 def opt(default: Any, help: str, *, choices: tuple | None = None, section: str = "train",
         ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None,
         refused: dict[Any, str] | None = None, pending: dict[Any, str] | None = None,
-        choices_note: str | None = None, multi: bool = False) -> Any:
+        choices_note: str | None = None, multi: str | None = None) -> Any:
     """A config field with everything about it declared here.
 
     ``choices``: the accepted values (a YAML ``no``/``yes``/``off``/``on`` is read back as that string when the
     choices are strings). ``refused``: values of the peers we name and refuse, with the sentence that says why.
     ``pending``: values declared and accepted by the loader whose behaviour is not in this build yet (validate
     refuses them, saying so). ``ge/gt/le/lt``: the numeric range (numbers must also be finite). ``multi``: a
-    comma-separated list of choices.
+    comma-separated list, of ``"names"`` (datasets, modules, adapter folders, choices) or ``"numbers"``; a YAML list
+    is read as the same comma-separated text, as LLaMA-Factory takes either form for these keys.
     """
     meta: dict[str, Any] = {"help": help, "section": section}
     if choices:
@@ -63,7 +64,9 @@ def opt(default: Any, help: str, *, choices: tuple | None = None, section: str =
         if value:
             meta[key] = value
     if multi:
-        meta["multi"] = True
+        if multi not in ("names", "numbers"):
+            raise ValueError(f"multi must be 'names' or 'numbers', not {multi!r}")
+        meta["multi"] = multi
     return field(default=default, metadata=meta)
 
 

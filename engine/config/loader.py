@@ -163,7 +163,7 @@ def coerce(f: dataclasses.Field, hint: Any, value: Any) -> Any:
         names = tuple(choices) + tuple(f.metadata.get("refused", ()))
         value = next((word for word in _BOOL_WORDS[value] if word in names), str(value).lower())
     if f.metadata.get("multi") and isinstance(value, (list, tuple)):
-        value = ",".join(str(item) for item in value)
+        value = _comma_text(f, value)
     kinds = base_kinds(hint)
     if Any in kinds:
         return value
@@ -177,6 +177,27 @@ def coerce(f: dataclasses.Field, hint: Any, value: Any) -> Any:
         raise ConfigError(f"{f.name}: {short_repr(value)} is a share of the total steps (Transformers' reading), "
                           f"which lf-assistant does not take here: {share}.")
     raise ConfigError(f"{f.name}: expected {expected}, got {short_repr(value)}.")
+
+
+def _comma_text(f: dataclasses.Field, items: list | tuple) -> str:
+    """A YAML list of a comma-separated key as the text ``a,b`` the key takes, so the run's YAML, the validator and
+    every reader after the loader see one form; ConfigError when an item could not be written that way."""
+    if f.metadata["multi"] == "numbers":
+        bad = [item for item in items if isinstance(item, (bool, dict, list, tuple, set)) or item is None]
+        if bad:
+            raise ConfigError(f"{f.name}: the list must hold numbers only, got {short_repr(bad[0], 40)} in it.")
+        return ",".join(str(item).strip() for item in items)
+    problems = []
+    for item in items:
+        if not isinstance(item, str):
+            problems.append(f"{short_repr(item, 40)} is not a name")
+        elif "," in item:
+            problems.append(f"{short_repr(item, 40)} holds a comma (give each name as its own item)")
+        elif not item.strip():
+            problems.append("an empty item (remove it)")
+    if problems:
+        raise ConfigError(f"{f.name}: the list must hold names (text without commas): {'; '.join(problems)}.")
+    return ",".join(item.strip() for item in items)
 
 
 _STEP_SHARES = {
@@ -216,7 +237,8 @@ def _convert(kind: type, value: Any) -> Any:
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``["max_steps=20", "dataset=a,b"]`` -> dict; values parsed as YAML scalars (numbers, booleans, null)."""
+    """``["max_steps=20", "dataset=a,b"]`` -> dict; values parsed as YAML scalars (numbers, booleans, null) or
+    flow lists (``report_to=[wandb,tensorboard]``)."""
     overrides: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -229,8 +251,9 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             value = raw
         if isinstance(value, str) and _NUMBER.match(value.strip()):
             value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
-        # "a,b" stays a string; YAML would keep it a string anyway, but lists are not config values.
-        overrides[key] = raw if isinstance(value, (list, dict)) else value
+        # "[a,b]" is a list, as LLaMA-Factory's command line reads it (the comma-list keys take one, other keys say
+        # what they expect); "a,b" stays a string. A mapping stays the text given: the keys that take one read it.
+        overrides[key] = raw if isinstance(value, dict) else value
     return overrides
 
 

@@ -18,7 +18,7 @@ class ModelSource:
         None, "The base model (LoRA/QLoRA) or the fine-tuned model folder (full/freeze).", section="model")
     adapter_name_or_path: str | None = opt(
         None, "LoRA adapter folder(s), comma-separated, applied in order. Never set for a full fine-tune.",
-        section="model")
+        section="model", multi="names")
     template: str | None = opt(
         None, "Chat template; must be the one used in training. Empty: the one recorded by training.",
         section="model")

@@ -27,7 +27,7 @@ class TrainConfig:
         section="model")
     adapter_name_or_path: str | None = opt(
         None, "Existing LoRA adapter folder(s), comma-separated: all but the last are merged into the base, the last "
-        "trains on (create_new_adapter: all merged, a new one trains).", section="model")
+        "trains on (create_new_adapter: all merged, a new one trains).", section="model", multi="names")
     trust_remote_code: bool = opt(
         False, "Run Python code shipped inside the model folder. Only with your explicit consent.", section="model")
     template: str | None = opt(
@@ -83,14 +83,16 @@ class TrainConfig:
     lora_dropout: float = opt(0.0, "Dropout on the LoRA input.", section="method", ge=0, lt=1)
     lora_target: str = opt(
         "all", "Modules that get adapters: all (every linear layer but the head) or comma-separated names.",
-        section="method")
+        section="method", multi="names")
     freeze_trainable_layers: int = opt(
         2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method",
         ge=-100_000, le=100_000)
-    freeze_trainable_modules: str = opt("all", "Freeze: which modules inside the trained layers.", section="method")
+    freeze_trainable_modules: str = opt(
+        "all", "Freeze: which modules inside the trained layers (all, or comma-separated names).", section="method",
+        multi="names")
     freeze_extra_modules: str | None = opt(
         None, "Freeze: modules outside the decoder layers that train too (embed_tokens, norm, lm_head, ...); as in "
-        "LLaMA-Factory, every parameter whose name contains one of them.", section="method")
+        "LLaMA-Factory, every parameter whose name contains one of them.", section="method", multi="names")
     use_rslora: bool = opt(False, "LoRA: rank-stabilized scaling, alpha / sqrt(rank) instead of alpha / rank.",
                            section="method")
     use_dora: bool = opt(False, "LoRA: DoRA, a trained magnitude vector per adapted layer (weight-decomposed "
@@ -104,7 +106,7 @@ class TrainConfig:
                               "folder).", section="method")
     additional_target: str | None = opt(
         None, "LoRA: modules trained in full beside the adapters and saved with them (e.g. embed_tokens,lm_head).",
-        section="method")
+        section="method", multi="names")
     create_new_adapter: bool = opt(
         False, "LoRA with adapter_name_or_path: merge the given adapter(s) into the base and start a new adapter "
         "(otherwise every one but the last is merged and the last trains on).", section="method")
@@ -126,11 +128,12 @@ class TrainConfig:
 
     # --- dataset
     dataset: str | None = opt(
-        None, "Comma-separated dataset names registered in dataset_info.json.", section="dataset")
+        None, "Comma-separated dataset names registered in dataset_info.json.", section="dataset", multi="names")
     dataset_dir: str = opt(
         "data", "Folder holding dataset_info.json (relative: to the config's folder, then the working dir).",
         section="dataset")
-    eval_dataset: str | None = opt(None, "Datasets used only for evaluation.", section="dataset")
+    eval_dataset: str | None = opt(None, "Datasets used only for evaluation (comma-separated names).",
+                                   section="dataset", multi="names")
     cutoff_len: int = opt(2048, "Maximum tokens per sample; longer samples are cut.", section="dataset",
                           ge=2, le=1 << 20)
     max_samples: int | None = opt(None, "Use at most this many rows from each dataset.", section="dataset",
@@ -141,7 +144,7 @@ class TrainConfig:
         "once); as datasets.interleave_datasets does with the seed.", choices=MIX_STRATEGIES, section="dataset")
     interleave_probs: str | None = opt(
         None, "Interleaving: the probability of drawing from each dataset (comma-separated, one per dataset, sum "
-        "1). Empty: the datasets alternate.", section="dataset", multi=True)
+        "1). Empty: the datasets alternate.", section="dataset", multi="numbers")
     tokenized_path: str | None = opt(
         None, "A folder for the tokenized data: written on the first run, which then stops (as LLaMA-Factory's "
         "preprocessing); read instead of the datasets by the runs after it.", section="dataset")
@@ -195,7 +198,7 @@ class TrainConfig:
     report_to: str = opt(
         "none", "Experiment trackers, comma-separated: none, tensorboard, wandb (offline), swanlab, mlflow, all "
         "(every installed one).", choices=("none", "tensorboard", "wandb", "swanlab", "mlflow", "all"),
-        section="output", multi=True, choices_note="Other trackers are not supported.")
+        section="output", multi="names", choices_note="Other trackers are not supported.")
 
     # --- train
     per_device_train_batch_size: int = opt(1, "Samples per micro-batch on each device.", ge=1, le=65536)
@@ -249,7 +252,7 @@ class TrainConfig:
         ge=1, le=1024)
     fsdp: str | None = opt(
         None, "Shard with FSDP2: full_shard | shard_grad_op (LLaMA-Factory / HF spellings accepted, as a string "
-        "or a list such as [full_shard, auto_wrap]).", multi=True)
+        "or a list such as [full_shard, auto_wrap]).", multi="names")
 
     # Set by the loader, not YAML keys.
     config_dir: str | None = internal()
