@@ -1,4 +1,4 @@
-"""LoRA settings checked against the model before it loads: target names and rank versus layer widths.
+"""LoRA and freeze settings checked against the model before it loads: module names and rank versus layer widths.
 
 Only local model folders are inspected. ``config.json`` alone gives the widths of the usual decoder layers, which
 is enough for ``lora_target: all`` (the default, kept instant). Named targets need the module names: the model is
@@ -23,6 +23,8 @@ class LinearLayers:
     head: str | None
     modules: tuple[str, ...] | None = None
     """Every module's full name (additional_target names whole modules, not only linear ones)."""
+    parameters: tuple[str, ...] | None = None
+    """Every parameter's full name (freeze tuning picks its modules by the parameters they hold)."""
 
     def short_names(self) -> list[str]:
         return sorted({name.rsplit(".", 1)[-1] for name in self.widths if name != self.head})
@@ -76,7 +78,8 @@ def _linear_layers(folder: str, stamp: float) -> LinearLayers | None:
     widths = {name: (module.in_features, module.out_features) for name, module in model.named_modules()
               if isinstance(module, torch.nn.Linear)}
     head_name = next((name for name, module in model.named_modules() if module is head), None)
-    return LinearLayers(widths, head_name, tuple(name for name, _ in model.named_modules() if name))
+    return LinearLayers(widths, head_name, tuple(name for name, _ in model.named_modules() if name),
+                        tuple(name for name, _ in model.named_parameters()))
 
 
 def linear_layers(model: str) -> LinearLayers | None:

@@ -215,15 +215,22 @@ def _model_problems(c: TrainConfig) -> list[str]:
         problems += lora_target_problems(model, c.lora_target) + additional_target_problems(model,
                                                                                              c.additional_target)
     if c.finetuning_type == "freeze" and local_config(model) is not None:
-        from engine.config.model_check import linear_layers
-        from engine.methods.freeze import layer_modules, unknown_layer_modules
-
-        layers = linear_layers(model)
-        problem = unknown_layer_modules(c.freeze_trainable_modules, layer_modules(layers.modules or ())) \
-            if layers is not None else None
-        if problem:
-            problems.append(problem)
+        problems += _freeze_module_problems(c, model)
     return problems
+
+
+def _freeze_module_problems(c: TrainConfig, model: str) -> list[str]:
+    """Freeze's module names checked as training checks them, against the model built on the meta device."""
+    from engine.config.model_check import linear_layers
+    from engine.methods.freeze import module_problems
+
+    layers = linear_layers(model)
+    if layers is None or layers.parameters is None:
+        return []
+    names = list(layers.parameters)
+    if c.stage == "rm" and layers.head:  # a reward model loads with a score head in place of the output head
+        names = [name for name in names if not name.startswith(f"{layers.head}.")] + ["score.weight"]
+    return module_problems(c, names)
 
 
 def _output_problems(c: TrainConfig) -> list[str]:

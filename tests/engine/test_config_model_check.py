@@ -1,7 +1,10 @@
-"""LoRA targets and ranks checked against the model before it loads (demo model: hidden 128, k/v width 64)."""
+"""LoRA targets and ranks, and freeze's module names, checked against the model before it loads (demo model: hidden
+128, k/v width 64)."""
 
 import time
 from pathlib import Path
+
+import pytest
 
 import engine
 from engine.config import warnings
@@ -71,3 +74,24 @@ def test_freeze_modules_are_checked_against_the_layers(demo_model_dir):
     assert problems == ["freeze_trainable_modules: bogus is no module of this model's layers; they have: "
                         "input_layernorm, mlp, post_attention_layernorm, self_attn (or all)."]
     assert engine.validate(config(demo_model_dir, finetuning_type="freeze", freeze_trainable_modules="mlp")) == []
+
+
+def test_freeze_extra_modules_are_checked_before_the_run_as_the_run_checks_them(demo_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from engine.errors import ConfigError
+    from engine.methods import get_method
+
+    bogus = config(demo_model_dir, finetuning_type="freeze", freeze_extra_modules="norm,bogus")
+    said = ("freeze_extra_modules: bogus matches no module outside the decoder layers; this model has: "
+            "embed_tokens, norm.")
+    assert engine.validate(bogus) == [said]
+    with pytest.raises(ConfigError) as refused:
+        get_method("freeze").prepare(AutoModelForCausalLM.from_pretrained(demo_model_dir), bogus)
+    assert str(refused.value) == said
+    assert engine.validate(config(demo_model_dir, finetuning_type="freeze",
+                                  freeze_extra_modules=["embed_tokens", "norm"])) == []
+    # A reward model trains with a score head in place of the output head.
+    reward = config(demo_model_dir, finetuning_type="freeze", stage="rm", dataset="rm_demo",
+                    freeze_extra_modules="score")
+    assert not [p for p in engine.validate(reward) if p.startswith("freeze_extra_modules")]

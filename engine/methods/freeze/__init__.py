@@ -47,26 +47,39 @@ def unknown_layer_modules(wanted: str, known: list[str]) -> str | None:
             f"{', '.join(known)} (or all).")
 
 
-def outside_layer_modules(model) -> list[str]:
-    """Names of the modules that hold parameters outside the numbered layers (what freeze_extra_modules takes)."""
-    return sorted({name.split(".")[-2] for name, _ in model.named_parameters()
-                   if re.search(r"\.\d+\.", name) is None and "." in name})
+def outside_layer_modules(names) -> list[str]:
+    """The modules that hold parameters outside the numbered layers (what freeze_extra_modules takes), from
+    parameter names: embed_tokens, norm, lm_head (when not tied to the embeddings), ..."""
+    return sorted({name.split(".")[-2] for name in names if re.search(r"\.\d+\.", name) is None and "." in name})
+
+
+def unknown_extra_modules(wanted: str | None, known: list[str]) -> str | None:
+    """The problem when a freeze_extra_modules name is no module outside the layers (None when all are)."""
+    unknown = [name for name in comma_names(wanted) if name not in known]
+    if not unknown:
+        return None
+    return (f"freeze_extra_modules: {', '.join(unknown)} matches no module outside the decoder layers; this model "
+            f"has: {', '.join(known) or 'none'}.")
+
+
+def module_problems(config, parameter_names) -> list[str]:
+    """What freeze_trainable_modules and freeze_extra_modules name that the model does not have, from its
+    parameter names. Training checks the loaded model and ``validate`` (train --check) the same model built on
+    the meta device, so a name that would stop the run is refused before it starts."""
+    names = list(parameter_names)
+    problems = [unknown_layer_modules(config.freeze_trainable_modules, layer_modules(names)),
+                unknown_extra_modules(getattr(config, "freeze_extra_modules", None), outside_layer_modules(names))]
+    return [problem for problem in problems if problem]
 
 
 def prepare(model, config):
     num_layers = model.config.num_hidden_layers
     layer_ids = set(trainable_layer_ids(num_layers, config.freeze_trainable_layers))
-    modules = [m.strip() for m in config.freeze_trainable_modules.split(",") if m.strip()]
-    extra = [m.strip() for m in (getattr(config, "freeze_extra_modules", None) or "").split(",") if m.strip()]
-    problem = unknown_layer_modules(config.freeze_trainable_modules,
-                                    layer_modules(name for name, _ in model.named_parameters()))
-    if problem:
-        raise ConfigError(problem)
-    known = outside_layer_modules(model)
-    unknown = [name for name in extra if name not in known]
-    if unknown:
-        raise ConfigError(f"freeze_extra_modules: {', '.join(unknown)} matches no module outside the decoder "
-                          f"layers; this model has: {', '.join(known)}.")
+    modules = comma_names(config.freeze_trainable_modules)
+    extra = comma_names(getattr(config, "freeze_extra_modules", None))
+    problems = module_problems(config, (name for name, _ in model.named_parameters()))
+    if problems:
+        raise ConfigError("\n".join(problems))
     for name, parameter in model.named_parameters():
         match = _LAYER.search(name)
         in_layer = bool(match) and int(match.group(1)) in layer_ids
