@@ -250,16 +250,21 @@ def load_model(
 
 
 class _FreshScoreHead(logging.Filter):
-    """Drops transformers' load report when all it says is that the score head is missing from the checkpoint:
-    a reward model's head starts fresh by design, and the raw table in train.log read as a fault. Any other
-    missing, unexpected or mismatched weight keeps the report."""
+    """Drops transformers' load report when all it says is what a reward model's load means by design: the score
+    head is missing from the checkpoint (it starts fresh) and an untied language-model head in the checkpoint is
+    unused. The raw table in train.log read as a fault. Any other missing, unexpected or mismatched weight keeps
+    the report."""
+
+    EXPECTED = (("score.", "MISSING"), ("lm_head.", "UNEXPECTED"))
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if "LOAD REPORT" not in message:
             return True
         rows = [[cell.strip() for cell in line.split("|")] for line in message.splitlines() if "|" in line][1:]
-        return not (rows and all(len(r) > 1 and r[0].startswith("score.") and "MISSING" in r[1] for r in rows))
+        expected = [len(r) > 1 and any(r[0].startswith(k) and status in r[1] for k, status in self.EXPECTED)
+                    for r in rows]
+        return not (rows and all(expected))
 
 
 def choose_dtype(requested_bf16: bool, requested_fp16: bool, device: str) -> tuple[torch.dtype, str | None]:

@@ -199,6 +199,15 @@ def test_a_fresh_score_head_is_not_reported_as_a_fault_but_a_missing_weight_is(d
     model = load_model(str(demo_model_dir), device="cpu", head="score")
     assert model.score.weight.shape[0] == 1
     assert not any("LOAD REPORT" in r for r in reports)
+    # an untied checkpoint also holds lm_head.weight, which a reward model does not use (UNEXPECTED): by design too
+    untied = _copy(demo_model_dir, tmp_path / "untied")
+    weights = next(untied.glob("*.safetensors"))
+    tensors = load_file(weights)
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, weights, metadata={"format": "pt"})
+    _edit_json(untied / "config.json", tie_word_embeddings=False)
+    load_model(str(untied), device="cpu", head="score")
+    assert not any("LOAD REPORT" in r for r in reports)
 
     damaged = _copy(demo_model_dir, tmp_path / "damaged")
     weights = next(damaged.glob("*.safetensors"))
