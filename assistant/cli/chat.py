@@ -71,9 +71,10 @@ def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_siz
                               on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"wrote {len(rows)} answers to [bold]{safe(out)}[/] "
                   f"(template {safe(rows[0]['template']) if rows else '-'})")
-    def shown(text: str | None, cut: bool) -> str:  # "…" where the line or max_new_tokens cut the answer
+    def shown(text: str | None, cut: bool) -> str:  # "…" where the line is shortened; a mark where generation was
         text = text or ""
-        return safe(text[:100]) + ("…" if cut or len(text) > 100 else "")
+        return safe(text[:100]) + ("…" if len(text) > 100 else "") + (" [yellow](cut at max_new_tokens)[/]" if cut
+                                                                       else "")
 
     for row in rows[:3]:
         console.print(f"  [dim]prompt:[/] {shown(row['prompt'], False)}", markup=True, soft_wrap=True)
@@ -82,8 +83,10 @@ def _answer_file(console, infer, prompts: Path, out: Path, base: bool, batch_siz
                           soft_wrap=True)
         console.print(f"  [dim]tuned: [/] {shown(row['tuned'], row.get('tuned_cut') is True)}", markup=True,
                       soft_wrap=True)
-    if any(row.get("tuned_cut") or row.get("base_cut") for row in rows):
-        console.print("  answers ending in … ran to max_new_tokens; raise it in the config to see them whole")
+    cut = sum(bool(row.get("tuned_cut")) + bool(row.get("base_cut")) for row in rows)
+    if cut:
+        console.print(f"  {cut} answer(s) ran to max_new_tokens and were cut; raise it in the config to see them "
+                      "whole")
 
 
 def _interactive(console, infer, system: str | None) -> None:

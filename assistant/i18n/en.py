@@ -307,6 +307,7 @@ STRINGS: dict[str, str] = {
     "validate.failed": "Validation failed; see validate.log in the run folder.",
     "validate.base": "base",
     "validate.tuned": "fine-tuned",
+    "validate.cut": "(cut at max_new_tokens)",
     "validate.empty_answer": "(no text: the model answered with nothing printable)",
     "validate.saved": "Answers saved in the run folder: {path}",
     "validate.chat_again": "Chat interactively:  {command}",

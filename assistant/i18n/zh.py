@@ -307,6 +307,7 @@ STRINGS: dict[str, str] = {
     "validate.failed": "验证失败；请查看运行目录中的 validate.log。",
     "validate.base": "原始",
     "validate.tuned": "微调后",
+    "validate.cut": "（在 max_new_tokens 处截断）",
     "validate.empty_answer": "（无文本：模型没有输出可显示的内容）",
     "validate.saved": "回答已保存在运行目录：{path}",
     "validate.chat_again": "交互测试：  {command}",

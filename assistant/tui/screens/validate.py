@@ -32,11 +32,11 @@ def one_line(text: object, limit: int = ANSWER_CHARS) -> str:
 
 def answer_markup(text: object, cut: bool = False) -> str:
     """The answer on one line; an empty one says so (a blank cell reads as a display fault); one that ran to
-    max_new_tokens ends in "…" (it was cut, not finished)."""
+    max_new_tokens says it was cut, which the "…" of a long line shortened for the screen does not."""
     flat = one_line(text)
     if not flat:
         return f"[dim i]{escape(t('validate.empty_answer'))}[/]"
-    return escape(flat) + ("…" if cut and not flat.endswith("…") else "")
+    return escape(flat) + (f" [dim i]{escape(t('validate.cut'))}[/]" if cut else "")
 
 
 def answer_block(row: dict) -> str:
