@@ -124,11 +124,12 @@ def _data_problems(cfg) -> list[str]:
                 get_dataset_spec(n.strip(), dataset_dir), cfg.cache_dir, hub_dataset, is_cached)]
             if not readable:
                 continue
+            # the rows training reads (the seed draws num_samples); the mix is left out: only some may be on disk
+            options = {"max_samples": cfg.max_samples, "seed": cfg.seed, "cache_dir": cfg.cache_dir}
             if cfg.stage == "pt":
-                load_texts(readable, dataset_dir, max_samples=cfg.max_samples, cache_dir=cfg.cache_dir)
+                load_texts(readable, dataset_dir, **options)
             else:
-                load_examples(readable, dataset_dir, max_samples=cfg.max_samples, ranking=cfg.stage in ("dpo", "rm"),
-                              cache_dir=cfg.cache_dir)
+                load_examples(readable, dataset_dir, **options, ranking=cfg.stage in ("dpo", "rm"))
     except DataError as exc:
         return [str(exc)]
     return []

@@ -126,8 +126,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
               cache_dir: str | None = None) -> list:
     require_supported(spec)
     if spec.is_local:
-        path = dataset_file_path(spec, dataset_dir)
-        records = local_split(read_records(path), spec.split, spec.name)
+        path, records = dataset_file_path(spec, dataset_dir), read_dataset_records(spec, dataset_dir)
     else:
         from engine.data.hub import read_hub_records
 
@@ -149,6 +148,11 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
 
 
 _SPLIT = re.compile(r"^\s*train\s*(?:\[\s*(-?\d+%?)?\s*:\s*(-?\d+%?)?\s*\])?\s*$")
+
+
+def read_dataset_records(spec: DatasetSpec, dataset_dir: Path) -> list:
+    """The rows of a registered local dataset as training reads them: its file or folder, then its split."""
+    return local_split(read_records(dataset_file_path(spec, Path(dataset_dir))), spec.split, spec.name)
 
 
 def local_split(records: list, split: str | None, name: str) -> list:

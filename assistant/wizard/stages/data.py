@@ -140,11 +140,10 @@ def count_rows(dataset_dir: Path, name: str) -> tuple[int, float]:
     """(rows, mean characters per row) of a registered local dataset."""
     import json
 
-    from engine.data.loader import read_records
-    from engine.data.registry import dataset_file_path, get_dataset_spec
+    from engine.data.loader import read_dataset_records
+    from engine.data.registry import get_dataset_spec
 
-    spec = get_dataset_spec(name, Path(dataset_dir))
-    records = read_records(dataset_file_path(spec, Path(dataset_dir)))
+    records = read_dataset_records(get_dataset_spec(name, Path(dataset_dir)), Path(dataset_dir))
     chars = sum(len(json.dumps(r, ensure_ascii=False)) for r in records)
     return len(records), (chars / len(records) if records else 0.0)
 
@@ -154,11 +153,11 @@ def preview(dataset_dir: Path, name: str, limit: int = 3) -> list[dict[str, Any]
     learns; a KTO row also carries whether its answer is desirable), or {"text": ...} for pre-training text."""
     from engine.data.formats import convert_record, convert_text
     from engine.data.kinds import dataset_kind
-    from engine.data.loader import read_records
-    from engine.data.registry import dataset_file_path, get_dataset_spec
+    from engine.data.loader import read_dataset_records
+    from engine.data.registry import get_dataset_spec
 
     spec = get_dataset_spec(name, Path(dataset_dir))
-    records = read_records(dataset_file_path(spec, Path(dataset_dir)))
+    records = read_dataset_records(spec, Path(dataset_dir))
     if dataset_kind(spec) == "text":
         return [{"text": convert_text(record, spec, index)} for index, record in enumerate(records[:limit])]
     return [convert_record(record, spec, index) for index, record in enumerate(records[:limit])]
