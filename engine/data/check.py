@@ -139,10 +139,11 @@ def spec_for(rows: list[Any], file_format: FileFormat, ranking: bool, name: str)
 
 
 def _uses_tool_calls(rows: list[Any], column: str) -> bool:
-    for row in rows[:200]:
+    for row in rows:
         messages = row.get(column) if isinstance(row, dict) else None
         for message in messages if isinstance(messages, list) else []:
-            if isinstance(message, dict) and (message.get("tool_calls") or message.get("role") == "tool"):
+            if isinstance(message, dict) and (message.get("tool_calls")
+                                              or message.get("role") == OPENAI_TAGS["observation_tag"]):
                 return True
     return False
 
@@ -162,8 +163,9 @@ def media_problems(rows: list[Any], spec: DatasetSpec | None) -> list[Problem]:
 def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec | None = None) -> CheckReport:
     """Every problem of one data file. Whole-file problems (missing, empty, binary, encoding) raise DataError.
 
-    formatting forces "alpaca" or "sharegpt" (openai-style messages count as sharegpt); spec checks the file as a
-    registered dataset_info.json entry reads it (its columns and tags).
+    formatting forces "alpaca", "sharegpt" or "openai" (OpenAI messages; with tool calls they register as
+    formatting: openai); spec checks the file as a registered dataset_info.json entry reads it (its columns and
+    tags).
     """
     path = Path(path)
     read = read_rows(path)
@@ -250,7 +252,7 @@ def _forced_format(formatting: str, detected: FileFormat, rows: list[Any]) -> Fi
         return "alpaca"
     if formatting in ("sharegpt", "openai"):
         return detected if detected in ("sharegpt", "openai") else formatting
-    raise DataError(f"Unknown format {formatting!r}: use alpaca or sharegpt (OpenAI messages are sharegpt).")
+    raise DataError(f"Unknown format {formatting!r}: use alpaca, sharegpt or openai.")
 
 
 def _messages_flavour(rows: list[Any], spec: DatasetSpec) -> FileFormat:

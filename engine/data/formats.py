@@ -88,16 +88,13 @@ def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
     if spec.formatting != "alpaca":
         require_supported(spec)
         return _convert_sharegpt(record, spec, where)["messages"][0]["content"]
-    history = _alpaca_history(record, spec.column("history"), where)
-    if history:
-        return history[0]["content"]
-    column = spec.column("prompt") or "text"
+    column = spec.column("prompt")
     value = record.get(column)
     if not isinstance(value, str) or not value:
         found = type(value).__name__ if column in record else "missing"
         raise RowError(where, column, f"pre-training text {column!r} must be non-empty text ({found}; the row has: "
                        f"{', '.join(map(str, record)) or 'no fields'}).")
-    return _alpaca_prompt(record, spec, where)[-1]["content"]
+    return _alpaca_prompt(record, spec, where)[0]["content"]
 
 
 def _kto_tag(record: dict, column: str, where: str) -> bool:
@@ -126,7 +123,7 @@ def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
 
 def _alpaca_prompt(record: dict, spec: DatasetSpec, where: str) -> list[dict]:
     """The history's turns, then the instruction with its input after a newline (LLaMA-Factory's join)."""
-    messages = _alpaca_history(record, spec.column("history"), where)
+    messages = alpaca_history(record, spec.column("history"), where)
     parts = []
     for key in ("prompt", "query"):
         column = spec.column(key)
@@ -142,7 +139,7 @@ def _alpaca_prompt(record: dict, spec: DatasetSpec, where: str) -> list[dict]:
     return messages
 
 
-def _alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:
+def alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:
     history = _maybe_json(record.get(column)) if column else None
     if history is None:
         return []
@@ -228,6 +225,12 @@ def openai_system(system: str | None, tools: str | None) -> str | None:
     return system + "\n" + switch
 
 
+def tool_calls_text(calls: list[dict]) -> str:
+    """An OpenAI message's tool_calls as a function-call turn's text: the JSON list of the calls' ``function``
+    objects, as LLaMA-Factory writes it (arguments kept as the strings OpenAI gives)."""
+    return json.dumps([call["function"] for call in calls], ensure_ascii=False)
+
+
 def _openai_turns(raw: list, spec: DatasetSpec, where: str, column: str) -> list:
     """OpenAI messages as sharegpt turns, as LLaMA-Factory's openai formatting reads them: an assistant message
     with ``tool_calls`` becomes a function call whose text is the JSON list of the calls' ``function`` objects,
@@ -250,7 +253,7 @@ def _openai_turns(raw: list, spec: DatasetSpec, where: str, column: str) -> list
                                                       for c in calls):
                 raise RowError(where, column, f"message {number}'s tool_calls must be a list of objects with a "
                                f"\"function\" object each, not {shorten(calls)}.")
-            message = {role_tag: function, content_tag: json.dumps([c["function"] for c in calls], ensure_ascii=False)}
+            message = {role_tag: function, content_tag: tool_calls_text(calls)}
         turns.append(message)
     if results:
         turns.append({role_tag: observation, content_tag: TOOL_RESPONSE_JOIN.join(results)})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from engine.data.formats import ROLE_ALIASES, alpaca_history
 from engine.errors import DataError
 
 
@@ -85,7 +86,8 @@ def _conversation(row, path: Path, number: int) -> list[dict]:
         if isinstance(row.get("instruction"), str) and row["instruction"].strip():
             extra = row.get("input")
             content = row["instruction"] + (f"\n{extra}" if isinstance(extra, str) and extra else "")
-            return system + _history(row.get("history"), path, number) + [{"role": "user", "content": content}]
+            history = alpaca_history(row, "history", f"{path} row {number}")  # as training reads it
+            return system + history + [{"role": "user", "content": content}]
         messages = _messages(row)
         if messages and all(_is_message(m) for m in messages):
             # A trailing assistant message is the reference answer, not part of the prompt.
@@ -100,9 +102,6 @@ def _conversation(row, path: Path, number: int) -> list[dict]:
                     "with a user message).")
 
 
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-
-
 def _messages(row: dict) -> list | None:
     """OpenAI ``messages`` as they are, or sharegpt ``conversations`` (from/value, LF's default tags) as messages."""
     if isinstance(row.get("messages"), list):
@@ -110,18 +109,8 @@ def _messages(row: dict) -> list | None:
     turns = row.get("conversations")
     if not isinstance(turns, list) or not turns:
         return None
-    return [{"role": SHAREGPT_ROLES.get(t.get("from"), t.get("from")), "content": t.get("value")}
+    return [{"role": ROLE_ALIASES.get(t.get("from"), t.get("from")), "content": t.get("value")}
             if isinstance(t, dict) and "from" in t else t for t in turns]
-
-
-def _history(history, path: Path, number: int) -> list[dict]:
-    """Alpaca ``history`` ([[instruction, answer], ...]) as the turns before the prompt, as training renders it."""
-    if history is None or history == []:
-        return []
-    if not isinstance(history, list) or not all(isinstance(pair, list) and len(pair) == 2 and
-                                                all(isinstance(text, str) for text in pair) for pair in history):
-        raise DataError(f"{path} row {number}: history must be a list of [instruction, answer] pairs of text.")
-    return [{"role": role, "content": text} for pair in history for role, text in zip(("user", "assistant"), pair)]
 
 
 def _reference(row) -> str | None:

@@ -155,8 +155,9 @@ def test_prompt_rows_in_training_shapes_keep_their_system_and_history(tmp_path):
 def test_a_leading_system_message_is_encoded_as_the_system_prompt(demo_model_dir):
     from engine.inference.chat_model import ChatModel
 
-    model = ChatModel(load_infer_config({"model_name_or_path": str(demo_model_dir), "template": "qwen"}))
-    try:
+    model = ChatModel(load_infer_config({"model_name_or_path": str(demo_model_dir), "template": "qwen",
+                                         "default_system": "DEFAULT"}))
+    try:  # the prompt file's own system prompt wins over the config's default_system
         asked = [{"role": "user", "content": "Q"}]
         assert model.encode([{"role": "system", "content": "SYS"}, *asked]) == model.encode(asked, "SYS")
         assert model.encode([{"role": "system", "content": "SYS"}, *asked]) != model.encode(asked)

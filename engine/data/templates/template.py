@@ -10,11 +10,10 @@ ReasoningTemplate: empty thoughts and thought stripping, see engine.data.templat
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
 
-from engine.data.formats import ASSISTANT, FUNCTION, OBSERVATION, ROLE_ALIASES, USER
+from engine.data.formats import ASSISTANT, FUNCTION, OBSERVATION, ROLE_ALIASES, USER, tool_calls_text
 from engine.data.special_tokens import control_pattern, control_tokens, mark_control_strings, strip_marks
 from engine.data.templates import slots, thinking
 from engine.data.templates.slots import CONTENT, EOS, Element, Format, SlotEncoder
@@ -343,8 +342,7 @@ def normalize_messages(messages: list[dict], system: str | None = None) -> tuple
         role = ROLE_ALIASES.get(message.get("role"))
         content = message.get("content")
         if role == ASSISTANT and message.get("tool_calls"):
-            role, content = FUNCTION, json.dumps([call["function"] for call in message["tool_calls"]],
-                                                 ensure_ascii=False)
+            role, content = FUNCTION, tool_calls_text(message["tool_calls"])
         if role in (None, "system"):
             raise DataError(f"Unknown message role {message.get('role')!r} (a system message only goes first): use "
                             "user, assistant, observation (tool) or function (function_call).")
