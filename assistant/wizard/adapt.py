@@ -82,9 +82,10 @@ def packed_batching_changes(state: WizardState, skill: Skill, values: dict[str, 
     return [("batching_strategy", "packed", t("reason.packed_batching"))]
 
 
-# Stages whose loss is a sum of independent per-unit terms, so a step's split into micro-batches changes nothing
-# (KTO estimates its KL term from the other answers of a micro-batch: its split matters).
-FOLDABLE_STAGES = ("sft", "pt", "dpo", "rm")
+# Stages whose loss is a sum over trained tokens, so a step's split into micro-batches changes nothing (tested:
+# test_gradient_accumulation_normalises_by_tokens). KTO estimates its KL term from the other answers of a
+# micro-batch, so its split matters; DPO and RM are left as configured until a parity test covers them.
+FOLDABLE_STAGES = ("sft", "pt")
 
 
 def folded_accumulation_changes(state: WizardState, values: dict[str, Any]) -> list[Change]:
@@ -95,6 +96,8 @@ def folded_accumulation_changes(state: WizardState, values: dict[str, Any]) -> l
         return []
     if values.get("stage", "sft") not in FOLDABLE_STAGES:
         return []
+    if {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(state.edits):
+        return []  # the user shaped the step: folding one of the two would change its size behind their back
     micro = int(values.get("per_device_train_batch_size") or 1)
     accum = int(values.get("gradient_accumulation_steps") or 1)
     if accum <= 1:

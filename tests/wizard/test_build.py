@@ -54,6 +54,9 @@ def test_a_small_real_model_on_a_cpu_gets_the_measured_recipe_and_a_preflight_fi
     assert "135M model on a CPU" in diff["learning_rate"].reason
     padded = build.build_train_config(smol.replace(edits={"batching_strategy": "padded"}), skill).config
     assert (padded["per_device_train_batch_size"], padded["gradient_accumulation_steps"]) == (4, 2)
+    # the user shaped the step themselves: nothing is folded behind their back
+    shaped = build.build_train_config(smol.replace(edits={"per_device_train_batch_size": 2}), skill).config
+    assert (shaped["per_device_train_batch_size"], shaped["gradient_accumulation_steps"]) == (2, 2)
     on_gpu = smol.replace(device={"platform": "cuda", "indices": [0], "mode": "single", "reason": "free"})
     assert "learning_rate" not in {row.parameter for row in build.build_train_config(on_gpu, skill).diff}
     # the pre-flight's proposal (its micro-batch fitted where 4 did not) wins over the recipe, with its reason
