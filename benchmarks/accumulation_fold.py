@@ -35,12 +35,15 @@ def train(model: Path, data: Path, workdir: Path, name: str, micro: int, accum: 
               "output_dir": str(workdir / "out" / name), "overwrite_output_dir": True}
     path = workdir / f"{name}.yaml"
     path.write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "CUDA_VISIBLE_DEVICES": ""}  # a CPU measurement, also on a machine with a GPU
     subprocess.run([sys.executable, "-m", "assistant.cli.main", "train", str(path), "--run-id", name,
                     "--runs-dir", str(workdir / "runs")], check=True, env=env, cwd=REPO,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rows = [json.loads(line) for line in (workdir / "runs" / name / "metrics.jsonl").read_text().splitlines()]
-    logged = [row for row in rows if "loss" in row and "elapsed_s" in row]
+    from engine.rundir import read_jsonl
+
+    logged = [row for row in read_jsonl(workdir / "runs" / name / "metrics.jsonl") if "loss" in row
+              and "elapsed_s" in row]
     first, last = logged[0], logged[-1]
     tokens = last["num_input_tokens_seen"] - first["num_input_tokens_seen"]
     return {"tps": tokens / max(last["elapsed_s"] - first["elapsed_s"], 1e-9),

@@ -314,10 +314,15 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
     return RunHandle(run, None)
 
 
+def prepared_run_words(run_dir: str | Path, config_file: str) -> list:
+    """`train RUN/CONFIG --run-id ID --runs-dir RUNS`: the command's words that train a prepared run (launch
+    --print, the wizard's write-only mode) in its own folder rather than a new one (_prepare takes a pending one)."""
+    run_dir = Path(run_dir)
+    return ["train", run_dir / config_file, "--run-id", run_dir.name, "--runs-dir", run_dir.parent]
+
+
 def _start_prepared_command(run: RunDir, stage: str) -> str:
-    """`lf-assistant train RUN/STAGE.yaml --run-id ID --runs-dir RUNS`: a prepared run trains in its own folder."""
-    words = ["train", str(run.path / f"{stage}.yaml"), "--run-id", run.run_id, "--runs-dir", str(run.path.parent)]
-    return "lf-assistant " + shlex.join(words)
+    return "lf-assistant " + shlex.join(map(str, prepared_run_words(run.path, f"{stage}.yaml")))
 
 
 def _checkpoint_name(checkpoint: str | int, output_dir: str | None) -> str:

@@ -196,9 +196,10 @@ class TrainConfig:
                              choices_note="Checkpoints of the best eval are not supported: use save_steps.")
     plot_loss: bool = opt(True, "Write training_loss.png at the end.", section="output")
     report_to: str = opt(
-        "none", "Experiment trackers, comma-separated: none, tensorboard, wandb (offline), swanlab, mlflow, all "
-        "(every installed one).", choices=("none", "tensorboard", "wandb", "swanlab", "mlflow", "all"),
-        section="output", multi="names", choices_note="Other trackers are not supported.")
+        "none", "Experiment trackers, comma-separated: none, tensorboard, wandb (offline unless "
+        "WANDB_MODE=online), swanlab, mlflow, all (every installed one).",
+        choices=("none", "tensorboard", "wandb", "swanlab", "mlflow", "all"), section="output", multi="names",
+        choices_note="Other trackers are not supported.")
 
     # --- train
     per_device_train_batch_size: int = opt(1, "Samples per micro-batch on each device.", ge=1, le=65536)

@@ -136,10 +136,11 @@ def test_preview_and_train_check_refuse_bad_rows_and_show_text_as_text(command, 
 
 def test_a_dataset_name_and_a_path_that_look_like_markup_are_printed_as_text(hostile_registry, tmp_path):
     config, _folder = hostile_registry
-    for args in (["data", "preview", config, "dataset=[/x]"], ["train", config, "dataset=[/x]", "--check"],
+    # x[/x]: markup, and not the [a,b] form an override reads as a list
+    for args in (["data", "preview", config, "dataset=x[/x]"], ["train", config, "dataset=x[/x]", "--check"],
                  ["data", "check", tmp_path / "[bold]missing[/bold].json"]):
         result = _run(*args)
-        assert result.exit_code == 2 and "[/x]" in result.output or "[bold]missing[/bold]" in result.output, \
+        assert result.exit_code == 2 and "x[/x]" in result.output or "[bold]missing[/bold]" in result.output, \
             result.output
 
 

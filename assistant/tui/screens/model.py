@@ -94,7 +94,7 @@ class ModelScreen(StageScreen):
         elif available is None:
             text = t("model.checking", model=real)
         elif available.obtainable:
-            how = t(f"model.how.{available.how}", path=available.path or "", detail=available.detail)
+            how = t(f"model.how.{available.how}", path=available.path or "")
             text = t("model.recommended_real", model=real, how=how)
         else:
             text = t("model.recommended_demo", model=demo, real=real, why=available.detail)

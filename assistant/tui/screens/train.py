@@ -76,9 +76,8 @@ class TrainScreen(StageScreen):
     BODY_SCROLLS = False
     KEYS = [("^N", "key.next"), ("^Q", "key.quit")]  # before the launch; the keys follow the run's state
     RUNNING_KEYS = [("s", "key.stop"), ("l", "key.log"), ("^Q", "key.quit")]
-    ENDED_KEYS = {"completed": [("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit")],
-                  "failed": [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit")],
-                  "stopped": [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit")]}
+    COMPLETED_KEYS = [("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit")]
+    RESUMABLE_KEYS = [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit")]  # failed or stopped
     BINDINGS = [Binding("s", "stop", show=False), Binding("r", "resume", show=False),
                 Binding("l", "toggle_log", show=False)]
 
@@ -322,7 +321,8 @@ class TrainScreen(StageScreen):
         return sum(counts) if counts and None not in counts else None
 
     def _finished(self, state: str) -> None:
-        self.query_one("#keyhelp", KeyHelp).set_keys(self.ENDED_KEYS[state])
+        self.query_one("#keyhelp", KeyHelp).set_keys(self.COMPLETED_KEYS if state == "completed" else
+                                                     self.RESUMABLE_KEYS)
         if state == "completed":
             self.say(info=[t("train.completed", path=train.display_path(self.status.output_dir or "-"))])
             self.query_one("#continue").display = True

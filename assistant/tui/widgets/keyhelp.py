@@ -42,7 +42,7 @@ class KeyHelp(Static):
     def set_keys(self, keys: list[tuple[str, str]]) -> None:
         """Other keys work now (a run ended): the help follows."""
         self.keys = keys
-        self.update(help_text(keys, max(self.size.width, 1) if self.size.width else None))
+        self.on_resize()
 
     def on_resize(self) -> None:
-        self.update(help_text(self.keys, max(self.size.width, 1)))
+        self.update(help_text(self.keys, self.size.width or None))

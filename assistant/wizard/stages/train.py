@@ -60,9 +60,9 @@ def launch_command(state: WizardState, run_folder: Path, config_file: str = "sft
     """The exact command for running the written config elsewhere (execution: write_only). It trains in the run
     folder the wizard prepared (its id and runs folder named), so the run the wizard tracks is the one that trains
     and no second folder appears beside it."""
-    run_folder = Path(run_folder)
-    return elsewhere_command(state, "train", run_folder / config_file, "--run-id", run_folder.name,
-                             "--runs-dir", run_folder.parent)
+    from engine.api import prepared_run_words
+
+    return elsewhere_command(state, *prepared_run_words(run_folder, config_file))
 
 
 def elsewhere_command(state: WizardState, action: str, *words: str | Path) -> str:
