@@ -145,6 +145,14 @@ class TrainConfig:
     interleave_probs: str | None = opt(
         None, "Interleaving: the probability of drawing from each dataset (comma-separated, one per dataset, sum "
         "1). Empty: the datasets alternate.", section="dataset", multi="numbers")
+    preprocessing_batch_size: int = opt(
+        1000, "Rows LLaMA-Factory's preprocessing handles together: SFT packing packs them, pre-training packing "
+        "cuts their text into blocks (dropping the leftover) and KTO pairs each answer with the previous one "
+        "within them (engine.data.chunks).", section="dataset", ge=1, le=BIG)
+    preprocessing_num_workers: int | None = opt(
+        None, "LLaMA-Factory's preprocessing processes: the rows are first cut into this many contiguous shards, "
+        "whose boundaries the batches above follow (the work itself runs in one process here).", section="dataset",
+        ge=1, le=4096)
     tokenized_path: str | None = opt(
         None, "A folder for the tokenized data: written on the first run, which then stops (as LLaMA-Factory's "
         "preprocessing); read instead of the datasets by the runs after it.", section="dataset")

@@ -11,7 +11,8 @@ from engine.data.encode import IGNORE_INDEX, EncodedSamples, _check_cutoff, _las
 from engine.errors import DataError
 
 
-def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int) -> EncodedSamples:
+def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
+                    chunks: list[range] | None = None) -> EncodedSamples:
     """[{"input_ids", "labels", "kl_input_ids", "kl_labels", "kto_tag"}]: the prompt masked, the answer labelled."""
     _check_cutoff(cutoff_len)
     answers = []
@@ -25,11 +26,15 @@ def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int) 
             raise DataError(f"{example.get('source', 'an example')} does not end with an answer to label.")
         answers.append(messages[-1]["content"])
     extra = 1 if template.efficient_eos else 0
+    # The KL partner is the previous answer within the example's preprocessing batch (the first takes the batch's
+    # last), as LLaMA-Factory's feedback processor shifts each batch (engine.data.chunks).
+    partner = {i: (i - 1 if i > chunk.start else chunk.stop - 1)
+               for chunk in (chunks if chunks is not None else [range(len(examples))]) for i in chunk}
     samples, dropped, truncated = [], [], 0
     for index, example in enumerate(examples):
         prompt_only = {**example, "messages": example["messages"][:-1]}
         encoded = {}
-        for prefix, answer in (("", answers[index]), ("kl_", answers[index - 1])):
+        for prefix, answer in (("", answers[index]), ("kl_", answers[partner[index]])):
             prompt_ids, answer_ids = _last_turn(tokenizer, template, prompt_only, answer)
             answer_ids = answer_ids + ([tokenizer.eos_token_id] if extra else [])
             source_len, target_len = infer_seqlen(len(prompt_ids), len(answer_ids), cutoff_len)

@@ -12,6 +12,15 @@ def pretrain_eos(template_name: str, tokenizer) -> str:
     return tokenizer.eos_token or ""
 
 
+def chunked_text_rows(texts: list[str], tokenizer, cutoff_len: int, *, packing: bool, eos: str,
+                      control_tokens_in_text: bool = False, chunks: list[range] | None = None) -> list[list[int]]:
+    """text_rows per preprocessing batch (engine.data.chunks): packing cuts each batch's text into blocks and drops
+    its leftover, as LLaMA-Factory's pre-training processor does batch by batch."""
+    return [row for chunk in (chunks if chunks is not None else [range(len(texts))])
+            for row in text_rows(texts[chunk.start:chunk.stop], tokenizer, cutoff_len, packing=packing, eos=eos,
+                                 control_tokens_in_text=control_tokens_in_text)]
+
+
 def text_rows(texts: list[str], tokenizer, cutoff_len: int, *, packing: bool, eos: str,
               control_tokens_in_text: bool = False) -> list[list[int]]:
     """Token rows: concatenated and cut into full ``cutoff_len`` blocks (packing), or one row per text.

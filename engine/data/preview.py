@@ -67,12 +67,13 @@ def _with_tag(source: str, desirable: bool | None) -> str:
 
 
 def preview_text(texts: list[str], tokenizer, template_name: str, cutoff_len: int, *, n: int = 2,
-                 packing: bool = True, control_tokens_in_text: bool = False) -> DataPreview:
+                 packing: bool = True, control_tokens_in_text: bool = False,
+                 chunks: list[range] | None = None) -> DataPreview:
     """Pre-training (stage pt): the rows the recipe trains on, every token trained, the first `n` decoded."""
-    from engine.data.pretrain import pretrain_eos, text_rows
+    from engine.data.pretrain import chunked_text_rows, pretrain_eos
 
-    rows = text_rows(texts, tokenizer, cutoff_len, packing=packing, eos=pretrain_eos(template_name, tokenizer),
-                     control_tokens_in_text=control_tokens_in_text)
+    rows = chunked_text_rows(texts, tokenizer, cutoff_len, packing=packing, eos=pretrain_eos(template_name, tokenizer),
+                             control_tokens_in_text=control_tokens_in_text, chunks=chunks)
     total = sum(len(row) for row in rows)
     cut = 0 if packing else sum(1 for row in rows if len(row) == cutoff_len)
     shown = [(f"row {index + 1}", [(tokenizer.decode(row), True)]) for index, row in enumerate(rows[:n])]

@@ -22,14 +22,16 @@ from engine.training.task import LossOut, StepContext, Task
 
 
 def setup(session: Session) -> Task:
+    from engine.data.chunks import preprocessing_chunks
     from engine.data.feedback import FeedbackCollator, encode_feedback
 
     config, logger = session.config, session.logger
 
     # 1. Data: labelled answers, each with a mismatched answer for the KL baseline.
     def encode(names: str) -> list[dict]:
-        encoded = encode_feedback(session.load_examples(names, ranking=False), session.tokenizer, session.template,
-                                  config.cutoff_len)
+        examples = session.load_examples(names, ranking=False)
+        chunks = preprocessing_chunks(len(examples), config.preprocessing_batch_size, config.preprocessing_num_workers)
+        encoded = encode_feedback(examples, session.tokenizer, session.template, config.cutoff_len, chunks)
         if encoded.dropped:
             logger.note(f"{len(encoded.dropped)} example(s) dropped: no answer token fits in cutoff_len "
                         f"{config.cutoff_len} (first: {encoded.dropped[0]}).")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from engine.data.pretrain import pretrain_eos, text_rows
+from engine.data.chunks import preprocessing_chunks
+from engine.data.pretrain import chunked_text_rows, pretrain_eos
 from engine.errors import DataError
 from engine.training.loss import causal_lm_loss_sum, trained_tokens
 from engine.training.session import Session
@@ -27,8 +28,10 @@ def setup(session: Session) -> Task:
     # 1. Data: raw text, tokenized and cut into rows; labels are the inputs themselves.
     def encode(names: str) -> list[dict]:
         texts = session.load_texts(names)
-        rows = text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
-                         eos=eos_text(session), control_tokens_in_text=config.allow_special_tokens_in_text)
+        chunks = preprocessing_chunks(len(texts), config.preprocessing_batch_size, config.preprocessing_num_workers)
+        rows = chunked_text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
+                                 eos=eos_text(session), control_tokens_in_text=config.allow_special_tokens_in_text,
+                                 chunks=chunks)
         if not rows and names == config.dataset:
             total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
             raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} "

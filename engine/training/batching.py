@@ -109,10 +109,6 @@ class DynamicBatcher:
         return self.collate_fn([self.samples[i] for i in indices])
 
 
-# LLaMA-Factory packs the samples of each preprocessing batch (its preprocessing_batch_size default) separately.
-LF_PACKING_CHUNK = 1000
-
-
 def lf_knapsack(lengths: list[int], capacity: int) -> list[list[int]]:
     """LLaMA-Factory's greedy knapsack on sample lengths: each row takes the longest remaining sample that still
     fits, until none does. Returns sample indices per row (among equal lengths, the last index first, as there)."""
@@ -144,16 +140,16 @@ class LFPackedBatcher:
     shuffled into micro-batches of ``batch_size`` rows (see the module docstring)."""
 
     def __init__(self, samples: list[dict], pad_token_id: int, batch_size: int, grad_accum: int, seed: int, *,
-                 capacity: int, neat: bool) -> None:
+                 capacity: int, neat: bool, chunks: list[range] | None = None) -> None:
         from engine.data.packing import PackedRowsCollator
 
         self.samples, self.batch_size, self.grad_accum, self.seed = samples, batch_size, grad_accum, seed
         self.collate_fn = PackedRowsCollator(pad_token_id, cross_attention=not neat)
         self.rows: list[list[int]] = []
-        for start in range(0, len(samples), LF_PACKING_CHUNK):
-            chunk = samples[start:start + LF_PACKING_CHUNK]
-            self.rows += [[start + i for i in row]
-                          for row in lf_knapsack([len(s["input_ids"]) for s in chunk], capacity)]
+        # each preprocessing batch is packed on its own, as there (engine.data.chunks)
+        for chunk in chunks if chunks is not None else [range(len(samples))]:
+            self.rows += [[chunk[i] for i in row]
+                          for row in lf_knapsack([len(samples[i]["input_ids"]) for i in chunk], capacity)]
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.rows), self.batch_size, self.grad_accum)
@@ -177,10 +173,13 @@ def build_batcher(config, samples: list[dict], collate, pad_token_id: int | None
     if config.stage == "sft" and config.packing_enabled:
         if pad_token_id is None:
             raise ConfigError("packing needs the tokenizer's pad token id.")
+        from engine.data.chunks import preprocessing_chunks
+
         # LLaMA-Factory encodes packed samples to cutoff_len - 1 and fills rows up to that.
+        chunks = preprocessing_chunks(len(samples), config.preprocessing_batch_size, config.preprocessing_num_workers)
         return LFPackedBatcher(samples, pad_token_id, config.per_device_train_batch_size,
                                config.gradient_accumulation_steps, config.seed, capacity=config.cutoff_len - 1,
-                               neat=config.neat_packing)
+                               neat=config.neat_packing, chunks=chunks)
     if strategy not in BATCHERS:
         raise ConfigError(f"batching_strategy {strategy!r} is not known; choose one of: {', '.join(BATCHERS)}.")
     args = (samples, collate, config.per_device_train_batch_size, config.gradient_accumulation_steps, config.seed)

@@ -14,7 +14,7 @@ from engine.config import TrainConfig
 from engine.config.method_check import packing_in_use
 from engine.data import IGNORE_INDEX
 from engine.data.packing import PackedRowsCollator
-from engine.training.batching import LF_PACKING_CHUNK, LFPackedBatcher, PaddedBatcher, lf_knapsack
+from engine.training.batching import LFPackedBatcher, PaddedBatcher, lf_knapsack
 from engine.training.loss import model_inputs
 
 from tests.packing.test_packing_data import skewed_samples
@@ -39,8 +39,11 @@ def test_knapsack_fills_rows_as_llamafactory():
 
 
 def test_rows_fewer_steps_same_tokens():
-    samples = skewed_samples(2 * LF_PACKING_CHUNK + 37, longest=120)
-    packed = LFPackedBatcher(samples, 0, 4, 2, seed=3, capacity=255, neat=False)
+    from engine.data.chunks import preprocessing_chunks
+
+    samples = skewed_samples(2 * 1000 + 37, longest=120)
+    packed = LFPackedBatcher(samples, 0, 4, 2, seed=3, capacity=255, neat=False,
+                             chunks=preprocessing_chunks(len(samples), 1000, None))
     padded = PaddedBatcher(samples, None, 4, 2, 3)
     assert packed.steps_per_epoch() * 3 < padded.steps_per_epoch()
     seen = [i for step in packed.groups(0) for micro in step for row in micro for i in packed.rows[row]]
