@@ -101,8 +101,12 @@ LF_KEYS: dict[str, Rule] = {
     **refused("LLaMA-Factory's RoPE scaling at inference (a doubled context)", "a full fine-tune trained with "
               "rope_scaling keeps it in its config.json", scope=frozenset({INFER, EXPORT}), rope_scaling=None),
     **refused("LongLoRA's shifted sparse attention (S2-Attn)", None, shift_attn=False),
+    # ALL: LLaMA-Factory's loader applies it for chat and export too (random weights answering)
     **refused("training from random weights", "lf-assistant fine-tunes the weights in model_name_or_path",
-              train_from_scratch=False),
+              scope=ALL, train_from_scratch=False),
+    # a chat or export config's quantization_bit loads through bitsandbytes here; LF picks HQQ or EETQ by this key
+    **refused("LLaMA-Factory's on-the-fly HQQ and EETQ quantization", "quantization_bit loads through bitsandbytes "
+              "(quantization_method: bnb)", scope=frozenset({INFER, EXPORT}), quantization_method="bnb"),
     **refused("a hand-set MoE router loss coefficient", "the model's own config value is used",
               moe_aux_loss_coef=None),
     **refused("LLaMA-Factory's fp32 upcasting of layer norms and the head output", None, upcast_layernorm=False,
@@ -167,8 +171,7 @@ LF_KEYS: dict[str, Rule] = {
     **refused_always(_V1, "use `lf-assistant chat`", "sample_backend"),
     **refused("LLaMA-Factory v1's context-parallel modes other than Ulysses", None, cp_mode="ulysses"),
     # --- accepted, named once as not used: they change nothing that is trained or generated
-    **unused("data preparation workers and caches", "preprocessing_num_workers", "preprocessing_batch_size",
-             "overwrite_cache", "data_shared_file_system", "buffer_size",
+    **unused("data preparation workers and caches", "overwrite_cache", "data_shared_file_system", "buffer_size",
              "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
              "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
              "remove_unused_columns", "label_names", "length_column_name"),
