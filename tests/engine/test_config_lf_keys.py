@@ -82,10 +82,13 @@ def test_former_refusals_are_fields_now():
 def test_model_features_are_refused_for_chat_too():
     from engine.inference import load_infer_config
 
-    for key, value in (("rope_scaling", "linear"), ("adapter_folder", "sub"), ("image_max_pixels", 1024)):
+    for key, value in (("rope_scaling", "linear"), ("adapter_folder", "sub"), ("image_max_pixels", 1024),
+                       ("train_from_scratch", True), ("quantization_method", "hqq")):
         assert {"infer", "export"} <= LF_KEYS[key].scope
         with pytest.raises(ConfigError, match=f"`{key}"):
             load_infer_config({"model_name_or_path": "m", key: value})
+    assert load_infer_config({"model_name_or_path": "m", "quantization_method": "bnb"}).unused_keys == \
+        ("quantization_method",)  # bitsandbytes: what quantization_bit loads through here
     # A training-only feature in an inference YAML changes nothing there: accepted, named as unused.
     assert load_infer_config({"model_name_or_path": "m", "use_galore": True}).unused_keys == ("use_galore",)
 
