@@ -104,6 +104,11 @@ def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, ski
     assert not config_stage.apply_edit(ready, "lora_rank", "lots").ok
     assert not config_stage.apply_edit(ready, "lr_scheduler_type", "sawtooth").ok
     assert config_stage.apply_edit(ready, "bf16", "true").state.edits == {"bf16": True}
+    # keys that take several names: each is checked, in either spelling; a bad one is still refused
+    for typed in ("tensorboard,none", "[tensorboard, none]"):
+        assert config_stage.apply_edit(ready, "report_to", typed).state.edits == {"report_to": "tensorboard,none"}
+    assert not config_stage.apply_edit(ready, "report_to", "tensorboard,bogus").ok
+    assert not config_stage.apply_edit(ready, "learning_rate", "-1").ok  # out of range, said at once
     unknown = config_stage.apply_edit(ready, "learning_rat", "1e-4")
     assert not unknown.ok and "learning_rate" in unknown.problems[0]
     assert not config_stage.apply_edit(ready, "dataset", "alpaca_demo").ok  # decided in the data stage

@@ -50,7 +50,8 @@ def params() -> dict[str, ParamInfo]:
 
 
 def parse_value(raw: str) -> Any:
-    """What the user typed, read as a YAML scalar (numbers, true/false, null); empty means unset (None)."""
+    """What the user typed, read as YAML (numbers, true/false, null, a [list] for keys that take several names);
+    empty means unset (None)."""
     text = (raw or "").strip()
     if not text:
         return None
@@ -58,7 +59,7 @@ def parse_value(raw: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    return text if isinstance(value, (list, dict)) else value
+    return text if isinstance(value, dict) else value
 
 
 def apply_edit(state: WizardState, key: str, raw: str) -> Outcome:
@@ -76,11 +77,20 @@ def apply_edit(state: WizardState, key: str, raw: str) -> Outcome:
     from engine.errors import EngineError
 
     try:
-        typed = getattr(load_config({key: value}), key)
+        config = load_config({key: value})
     except EngineError as exc:
         return refused(str(exc))
-    if info.choices and typed is not None and typed not in info.choices:
-        return refused(t("config.bad_choice", key=key, value=typed, choices=", ".join(map(str, info.choices))))
+    typed = getattr(config, key)
+    # the engine's own rule for the field's choices and range (several names each checked: report_to a,b)
+    from engine.config.fields import choice_problem, range_problem
+
+    field_ = next(f for f in dataclasses.fields(config) if f.name == key)
+    if choice_problem(field_, typed):
+        choices = ", ".join(map(str, field_.metadata["choices"]))
+        return refused(t("config.bad_choice", key=key, value=typed, choices=choices))
+    problem = range_problem(field_, typed)
+    if problem:
+        return refused(problem)
     edits = dict(state.edits, **{key: typed})
     return Outcome(state.replace(edits=edits))
 
