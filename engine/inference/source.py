@@ -59,6 +59,20 @@ def read_training_info(folder: str | Path) -> dict | None:
     return None
 
 
+def _refuse_an_adapter_beside_its_continuation(adapters: list[str]) -> None:
+    """An adapter trained on from another (adapter_name_or_path without create_new_adapter) holds that adapter's
+    weights and more: applied together, the earlier one's change would count twice."""
+    listed = {str(Path(a).expanduser().resolve()): a for a in adapters}
+    for adapter in adapters:
+        continued = (read_training_info(adapter) or {}).get("continued_adapter")
+        if continued in listed:
+            rest = ",".join(a for a in adapters if a != listed[continued])
+            raise ConfigError(
+                f"{adapter} continued the training of {listed[continued]} (it holds that adapter's weights and "
+                f"more), so the two together would apply {listed[continued]} twice. Leave it out: "
+                f"adapter_name_or_path: {rest}.")
+
+
 def plan_model(model_name_or_path: str | None, adapters: list[str], template: str | None, *,
                finetuning_type: str | None = None) -> ModelPlan:
     """Decide what loads, refusing impossible combinations (adapter on a full fine-tune, template mismatch)."""
@@ -69,6 +83,7 @@ def plan_model(model_name_or_path: str | None, adapters: list[str], template: st
     model_info = read_training_info(model_dir) if model_dir.is_dir() else None
     for adapter in adapters:
         _check_adapter_folder(adapter)
+    _refuse_an_adapter_beside_its_continuation(adapters)
     whole_model_method = (model_info or {}).get("finetuning_type")
     if adapters and (whole_model_method in ("full", "freeze") or finetuning_type in ("full", "freeze")):
         kind = whole_model_method or finetuning_type

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +56,16 @@ def save_tokenizer_with_template(tokenizer, template, out_dir: Path) -> None:
 
 
 def write_training_info(out_dir: Path, *, base_model: str, method: str, template_name: str, stage: str,
-                        run_id: str | None) -> None:
-    """Record what produced this folder; inference and export read the template from here."""
+                        run_id: str | None, continued_adapter: str | None = None) -> None:
+    """Record what produced this folder; inference and export read the template from here, and the adapter this
+    one continued (it holds that adapter's weights and more, so the two are never applied together)."""
+    from engine.rundir import write_json_atomic
+
     info = {"base_model": base_model, "finetuning_type": method, "template": template_name, "stage": stage,
             "run_id": run_id}
-    (Path(out_dir) / TRAINING_INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+    if continued_adapter:
+        info["continued_adapter"] = str(Path(continued_adapter).expanduser().resolve())
+    write_json_atomic(Path(out_dir) / TRAINING_INFO_FILE, info)
 
 
 def write_run_outputs(output_dir: Path, *, tokenizer, template, config: TrainConfig, model_path: str, run,
@@ -71,8 +75,12 @@ def write_run_outputs(output_dir: Path, *, tokenizer, template, config: TrainCon
     from engine.training.plot import plot_loss
 
     save_tokenizer_with_template(tokenizer, template, output_dir)
+    from engine.readers import comma_names
+
+    adapters = comma_names(config.adapter_name_or_path) if config.method in ("lora", "qlora") else []
+    continued = adapters[-1] if adapters and not config.create_new_adapter else None  # see engine.methods.lora
     write_training_info(output_dir, base_model=model_path, method=config.method, template_name=template.name,
-                        stage=stage, run_id=run.run_id)
+                        stage=stage, run_id=run.run_id, continued_adapter=continued)
     metrics = run.read_metrics()
     plot_path = plot_loss(metrics, Path(output_dir) / "training_loss.png") if config.plot_loss else None
     if plot_path:

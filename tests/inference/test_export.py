@@ -372,3 +372,23 @@ def test_export_dir_of_foreign_files_or_a_file_is_refused_untouched(lora_run, de
             export_model(export_config(lora_run, demo_model_dir, target))
     assert (tmp_path / "mine" / "weights.safetensors").read_text() == "not ours"
     assert (tmp_path / "afile").read_text() == "x" and len(list(tmp_path.iterdir())) == 2
+
+
+def test_an_adapter_is_never_applied_beside_the_one_it_continued(lora_run, demo_model_dir, stacked_run, tmp_path):
+    """Trained on from lora_run (no create_new_adapter), the new adapter holds lora_run's weights and more: chat and
+    export refuse the two together, which would apply lora_run twice; each alone, and a stacked (new) adapter
+    beside lora_run, still load."""
+    import engine
+    from engine.errors import ConfigError
+    from engine.inference.source import plan_model
+
+    config = engine.load_config({
+        "model_name_or_path": str(demo_model_dir), "adapter_name_or_path": str(lora_run), "dataset": "identity",
+        "dataset_dir": str(REPO / "data"), "template": "qwen", "finetuning_type": "lora", "cutoff_len": 96,
+        "max_samples": 8, "per_device_train_batch_size": 4, "max_steps": 2, "save_strategy": "no",
+        "output_dir": str(tmp_path / "continued"), "plot_loss": False})
+    continued = Path(engine.train(config, runs_dir=tmp_path / "runs").status().output_dir)
+    with pytest.raises(ConfigError, match="continued the training of .* twice"):
+        plan_model(str(demo_model_dir), [str(lora_run), str(continued)], "qwen")
+    assert plan_model(str(demo_model_dir), [str(continued)], "qwen").adapters == [str(continued)]
+    assert len(plan_model(str(demo_model_dir), [str(lora_run), str(stacked_run)], "qwen").adapters) == 2
