@@ -174,6 +174,9 @@ def open_trackers(config, run_dir: str | Path, on_error=None) -> Trackers:
                          "WANDB_MODE=online before training to send it as it trains.")
         elif tracker == "swanlab":
             opened.append(SwanlabTracker(run_dir, name, settings))
+            if on_error is not None:  # LLaMA-Factory's swanlab_mode defaults to cloud
+                on_error(f"SwanLab logs locally into {run_dir / 'swanlog'} (`swanlab watch -l` that folder shows it, "
+                         "with swanlab[dashboard]); the swanlab_* keys for its cloud are not used here.")
         elif tracker == "mlflow":
             opened.append(MlflowTracker(run_dir, name, settings))
     return Trackers(opened, on_error)

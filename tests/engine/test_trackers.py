@@ -85,3 +85,16 @@ def test_wandb_logs_offline_and_says_so_unless_wandb_mode_says_otherwise(tmp_pat
     notes.clear()
     open_trackers(config("wandb"), tmp_path / "run", on_error=notes.append).close()
     assert (calls[-1]["mode"], calls[-1]["project"]) == ("online", "mine") and notes == []
+
+
+def test_swanlab_logs_locally_and_says_so(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(init=lambda **kwargs: calls.append(kwargs), log=lambda *a, **k: None,
+                                 finish=lambda: None)
+    monkeypatch.setitem(sys.modules, "swanlab", fake)
+    notes = []
+    open_trackers(config("swanlab"), tmp_path / "run", on_error=notes.append).close()
+    assert calls[-1]["mode"] == "local" and notes and "locally" in notes[0] and "swanlog" in notes[0]
