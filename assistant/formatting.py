@@ -14,5 +14,9 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def metric_words(name: str) -> str:
-    """A metric's name in a sentence: ``rewards/accuracies`` -> ``reward accuracies``, ``kl`` -> ``kl``."""
-    return name.replace("rewards/", "reward ").replace("/", " ")
+    """A metric's name in a sentence, in the interface language (``metric.<name>`` in the catalogs):
+    ``rewards/accuracies`` -> ``reward accuracies``; a metric the catalogs do not name reads as its key."""
+    from assistant.i18n import CATALOGS, current_language
+
+    catalog = CATALOGS[current_language()]
+    return catalog.get(f"metric.{name}") or name.replace("rewards/", "reward ").replace("/", " ")

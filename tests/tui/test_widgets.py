@@ -53,3 +53,22 @@ def test_chart_ticks_are_round_evenly_spaced_and_whole_steps():
     drawn = render_chart({"loss": [(5, 1.2), (10, 0.9), (15, 0.7)]}, 52, 12).plain
     axis = drawn.splitlines()[-1].split()
     assert axis and all(tick.isdigit() for tick in axis)  # fractional steps (6.7, 8.3) were shown before
+
+
+def test_metric_names_and_run_states_read_in_the_interface_language():
+    from assistant import i18n
+    from assistant.formatting import metric_words
+    from assistant.i18n.zh import STRINGS as ZH
+    from assistant.tui.screens.review import state_words
+    from assistant.tui.screens.train import metric_label
+
+    assert (metric_words("rewards/accuracies"), metric_label("rewards/accuracies")) == ("reward accuracies",
+                                                                                          "accuracies")
+    i18n.set_language("zh")
+    try:
+        assert metric_words("rewards/accuracies") == "奖励准确率" and metric_label("rewards/margins") == "奖励间隔"
+        assert state_words("stopped") == ZH["run.stopped"] != "stopped"
+        assert state_words("wizard: config") == "wizard: config"  # a wizard's own stage stays as it is
+        assert metric_words("custom/score") == "custom score"  # one the catalogs do not name reads as its key
+    finally:
+        i18n.set_language("en")

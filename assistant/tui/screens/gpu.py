@@ -75,7 +75,7 @@ class GpuScreen(StageScreen):
         lines = [escape(gpu.describe_gpu(g)) for g in report.gpus] or [t("gpu.none")]
         self.query_one("#gpu-list", Static).update("\n".join(lines))
         advice = {"none": t("gpu.cpu_advice"), "one_free": t("gpu.one_free_advice"),
-                  "several_free": t("gpu.several_advice", free=gpu.free_indices(report)),
+                  "several_free": t("gpu.several_advice", free=",".join(map(str, gpu.free_indices(report)))),
                   "all_busy": t("gpu.all_busy_advice")}[case]
         self.query_one("#gpu-advice", Static).update(advice)
         self.query_one("#several").display = case == "several_free"

@@ -21,6 +21,12 @@ from assistant.wizard import review
 from assistant.wizard.stages.train import display_path
 
 
+def state_words(state: str) -> str:
+    """A run state in the interface language (a wizard's own "wizard: stage" stays as it is)."""
+    key = f"run.{state}"
+    return t(key) if t(key) != key else state
+
+
 class RunsScreen(Screen):
     """Every run, newest first. Enter opens one; Space marks up to two; c compares the marked pair."""
 
@@ -46,10 +52,10 @@ class RunsScreen(Screen):
             self.query_one("#review-note", Static).update(t("review.empty"))
 
     def _fill(self) -> None:
-        columns = ["run id", t("review.model"), t("review.method"), t("review.state"), t("review.steps"),
+        columns = [t("review.run_id"), t("review.model"), t("review.method"), t("review.state"), t("review.steps"),
                    t("review.loss"), t("review.date")]
         cells = [[("* " if r.run_id in self.marked else "") + r.run_id, Path(r.model).name or r.model, r.method,
-                  r.state, r.steps, r.final_loss, r.date] for r in self.rows]
+                  state_words(r.state), r.steps, r.final_loss, r.date] for r in self.rows]
         # The id is never cut; columns it already tells (its model and time) go first when the table is too wide
         for dropped in (6, 1):  # each column pads its cells by 2; the scrollbar takes 2 more
             if sum(width + 2 for width in column_widths(columns, cells)) <= self.app.size.width - 2:
@@ -120,7 +126,8 @@ class RunScreen(Screen):
     def on_mount(self) -> None:
         record = review.load_record(self.row.path)
         status = record.status
-        facts = [t("review.facts", state=status.state, steps=self.row.steps, loss=self.row.final_loss),
+        facts = [t("review.facts", state=state_words(str(status.state)), steps=self.row.steps,
+                   loss=self.row.final_loss),
                  t("loss.plot", path=display_path(record.loss_plot)) if record.loss_plot else "",
                  t("summary.export") + " " + display_path(record.export_dir) if record.export_dir else ""]
         self.query_one("#run-facts", Static).update(escape("\n".join(f for f in facts if f)))

@@ -67,8 +67,9 @@ def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
 
 
 def metric_label(name: str) -> str:
-    """rewards/accuracies -> accuracies: the chart legend must fit ~54 columns."""
-    return name.rsplit("/", 1)[-1]
+    """rewards/accuracies -> accuracies (准确率 in zh): the chart legend must fit ~54 columns."""
+    key = f"metric.short.{name}"
+    return t(key) if t(key) != key else name.rsplit("/", 1)[-1]
 
 
 class TrainScreen(StageScreen):
@@ -332,7 +333,7 @@ class TrainScreen(StageScreen):
         checkpoint = train.newest_checkpoint(self.status)
         offer = t("train.offer_resume", checkpoint=train.display_path(checkpoint)) if checkpoint else \
             t("train.no_checkpoint")
-        self.say([t("train.ended", state=state, reason=reason)], notes=[offer])
+        self.say([t("train.ended", state=t(f"run.{state}"), reason=reason)], notes=[offer])
 
     # --------------------------------------------------------------- keys
     def action_stop(self) -> None:

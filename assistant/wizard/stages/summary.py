@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from assistant.i18n import t
 from assistant.wizard.stages.train import display_path
 from assistant.wizard.stages.validate import ANSWERS_FILE, INFER_FILE, chat_command
 from assistant.wizard.state import WizardState
@@ -43,7 +44,8 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
     epochs = [m["epoch"] for m in metrics if m.get("epoch") is not None]
     final = status.final_loss if status.final_loss is not None else status.loss
     answers = read_jsonl(run.path / ANSWERS_FILE)
-    validation = f"{len(answers)} × (base, tuned) → {display_path(run.path / ANSWERS_FILE)}" if answers else None
+    pair = f"({t('validate.base')}, {t('validate.tuned')})"
+    validation = f"{len(answers)} × {pair} → {display_path(run.path / ANSWERS_FILE)}" if answers else None
     has_infer = (run.path / INFER_FILE).is_file()
     output = status.output_dir or state.output_dir
     figures = final_figures(status)

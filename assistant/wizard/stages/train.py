@@ -161,5 +161,5 @@ def preference_hints(metrics: list[dict], settings: Mapping[str, Any]) -> list[H
 def finished(state: WizardState, status: RunStatus) -> Outcome:
     """Leave the stage only once the engine recorded completion."""
     if status.state != "completed":
-        return refused(t("train.not_completed", state=status.state or "-"))
+        return refused(t("train.not_completed", state=t(f"run.{status.state}") if status.state else "-"))
     return Outcome(state.replace(output_dir=status.output_dir or state.output_dir))
