@@ -16,6 +16,7 @@ from typing import Any
 
 from assistant.i18n import t
 from assistant.wizard.adapt import adaptations
+from assistant.wizard.stages.model import rule_words
 from assistant.wizard.skill import Skill
 from assistant.wizard.state import WizardState
 from engine.methods import is_adapter
@@ -99,7 +100,7 @@ def _model_changes(state: WizardState, skill: Skill, values: dict) -> list[tuple
     from engine.models.registry import FAMILIES
 
     changes = [("model_name_or_path", model_location(state), t("reason.model")),
-               ("template", state.template, t("reason.template", rule=state.template_rule or "registry"))]
+               ("template", state.template, t("reason.template", rule=rule_words(state.template_rule or "registry")))]
     family = FAMILIES.get(state.family or "")
     if values.get("trust_remote_code") and not (family and family.trust_remote_code):
         changes.append(("trust_remote_code", False, t("reason.no_remote_code")))

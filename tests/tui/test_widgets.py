@@ -70,5 +70,8 @@ def test_metric_names_and_run_states_read_in_the_interface_language():
         assert state_words("stopped") == ZH["run.stopped"] != "stopped"
         assert state_words("wizard: config") == "wizard: config"  # a wizard's own stage stays as it is
         assert metric_words("custom/score") == "custom score"  # one the catalogs do not name reads as its key
+        from assistant.wizard.stages.model import rule_words
+
+        assert rule_words("registry") == ZH["rule.registry"] != "registry" and rule_words(None) == "-"
     finally:
         i18n.set_language("en")

@@ -57,7 +57,9 @@ def preview_markup(examples: list[dict]) -> str:
             elif message.get("role") in ("assistant", "function_call"):
                 lines.append(f"  [green]{t('data.trained')}: {text}[/green]")
             else:
-                lines.append(f"  [dim]{message.get('role')}: {text}[/dim]")
+                role = str(message.get("role"))
+                lines.append(f"  [dim]{escape(t('role.' + role) if t('role.' + role) != 'role.' + role else role)}: "
+                             f"{text}[/dim]")
         if "chosen" in example:
             lines.append(f"  [green]✓ {t('data.chosen')}: {_short(example['chosen'])}[/green]")
             lines.append(f"  [red]✗ {t('data.rejected')}: {_short(example['rejected'])}[/red]")

@@ -173,7 +173,7 @@ class ModelScreen(StageScreen):
 
     def _describe(self) -> None:
         state, plan = self.state, self.plan or model.FetchPlan("none")
-        lines = [t("model.family", family=state.family, template=state.template, rule=state.template_rule),
+        lines = [t("model.family", family=state.family, template=state.template, rule=model.rule_words(state.template_rule)),
                  t("model.example", path=display_path(state.example))]
         if state.model_path:
             lines.append("[green]" + escape(t("model.local_ok", path=display_path(state.model_path))) + "[/green]")

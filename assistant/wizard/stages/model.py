@@ -30,6 +30,11 @@ class FetchPlan:
     repo_id: str | None = None
 
 
+
+def rule_words(rule: str | None) -> str:
+    """Where the template came from (engine.models.resolve's rule names) in the interface language."""
+    return t(f"rule.{rule}") if rule and t(f"rule.{rule}") != f"rule.{rule}" else (rule or "-")
+
 def is_offline() -> bool:
     from engine.models.download import is_offline as offline
 
