@@ -7,8 +7,9 @@ never stops it.
 
 Access. The server binds 127.0.0.1 by default and then answers only requests addressed to a loopback name (a
 page of another site cannot reach it through DNS rebinding), and its websocket only accepts pages of its own
-origin. Another address needs `--token`: every request must then carry the token, in the page URL once
-(`/?token=...`, which sets an HttpOnly cookie for the rest). The connection is plain HTTP: the token and the
+origin. Every request must carry a token, in the page URL once (`/?token=...`, which sets an HttpOnly cookie for
+the rest): on loopback too, since every user of a shared machine reaches 127.0.0.1 and the wizard runs as you.
+Without `--token` a random one is made and printed in the URL; another address needs `--token`. The connection is plain HTTP: the token and the
 session travel unencrypted, so on a network you do not trust use an SSH tunnel (`ssh -L 8000:127.0.0.1:8000
 host`) or a TLS proxy in front, rather than a public bind.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import secrets
 import shlex
 import socket
 import subprocess
@@ -64,8 +66,9 @@ def web(
     host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", help="Address to listen on. Anything but a loopback address "
                              "needs --token."),
     port: int = typer.Option(DEFAULT_PORT, "--port", metavar="PORT", min=1, max=65535, help="Port to listen on."),
-    token: Optional[str] = typer.Option(None, "--token", metavar="SECRET", envvar=TOKEN_ENV, help="Require this secret in the page "
-                                        f"URL (?token=...). Also read from ${TOKEN_ENV}."),
+    token: Optional[str] = typer.Option(None, "--token", metavar="SECRET", envvar=TOKEN_ENV, help="The secret the page "
+                                        f"URL must carry (?token=...); default: a random one, printed in the URL. Also "
+                                        f"read from ${TOKEN_ENV}."),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
     lang: Optional[str] = typer.Option(None, "--lang", help="Interface language: en or zh."),
 ) -> None:
@@ -81,6 +84,8 @@ def web(
     if token is not None and len(token) < 8:
         print_error("--token must be at least 8 characters.")
         raise typer.Exit(2)
+    # Loopback too: on a shared machine every local user reaches 127.0.0.1, and the wizard runs as you.
+    token = token or secrets.token_urlsafe(18)
     runs = runs_root(runs_dir).resolve()
     server = make_server(host, port, token, child_command(runs, lang))
     if not is_loopback(host):
@@ -175,14 +180,16 @@ def start_detached(runs_dir: Path, lang: str | None = None, *, wait_s: float = 2
     log_path = runs_dir / f"web-{port}.log"
     argv = [sys.executable, "-m", "assistant.cli.main", "web", "--port", str(port), "--runs-dir", str(runs_dir)]
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    token = secrets.token_urlsafe(18)  # through the environment: a command line is visible to every local user
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+           TOKEN_ENV: token}
     with open(log_path, "a", encoding="utf-8") as log:
         process = subprocess.Popen(argv + (["--lang", lang] if lang else []), stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if answers(port):
-            return page_url("127.0.0.1", port), log_path, process.pid
+            return page_url("127.0.0.1", port, token), log_path, process.pid
         if process.poll() is not None:
             break
         time.sleep(0.2)

@@ -3,7 +3,10 @@
 import json
 import os
 import signal
+import urllib.error
 import urllib.request
+
+import pytest
 
 from pilot_helpers import SIZE, make_app, wait_until
 
@@ -22,6 +25,10 @@ async def test_open_in_browser_starts_the_server_and_hands_the_session_over(work
         pid = int(hint.rsplit("kill ", 1)[1].split(")")[0])
         with urllib.request.urlopen(url, timeout=10) as response:
             assert response.status == 200 and "textual.js" in response.read().decode()
+        # the page needs the token the hint carries: another user of this machine cannot drive the wizard
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url.split("?")[0], timeout=10)
+        assert refused.value.code == 401
         # The session is saved past stage 0 as a run-here session: the page's wizard reopens it there.
         state = json.loads((workspace / "lf_runs" / app.state.run_id / "state.json").read_text())
         assert state["execution"] == "run_here" and state["stage"] == "data" and "flow" in state["done"]

@@ -20,11 +20,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+TEST_TOKEN = "loopback-test-token"  # the server's token, given as LFA_WEB_TOKEN (a random one otherwise)
+
+
 class WebServer:
     def __init__(self, folder: Path, *args: str):
         self.folder, self.port = folder, free_port()
         # No hub and no package index (pip honours PIP_NO_INDEX): the demo model is the one recommended.
-        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "LFA_LANG": "en"}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "LFA_LANG": "en",
+               "LFA_WEB_TOKEN": TEST_TOKEN}
+        self.token = args[list(args).index("--token") + 1] if "--token" in args else TEST_TOKEN
         # Output goes to a file: a pipe nobody reads would fill up with the access log and block the server.
         self.log = folder / f"web-{self.port}.out"
         with open(self.log, "w") as log:
@@ -46,8 +51,13 @@ class WebServer:
         raise AssertionError(f"web did not answer on port {self.port} within {timeout} s")
 
     @property
-    def url(self) -> str:
+    def base(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def url(self) -> str:
+        """The page URL with its token, as `web` prints it."""
+        return f"{self.base}?token={self.token}"
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

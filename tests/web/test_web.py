@@ -23,6 +23,7 @@ def test_web_serves_the_page_that_loads_the_app_on_loopback(web_folder, start_we
     server = start_web(web_folder).wait_until_answering()
     status, page, _ = get(server.url)
     assert status == 200
+    assert get(server.base)[0] == 401  # loopback too: another user of this machine reaches 127.0.0.1
     assert "textual.js" in page and f'data-session-websocket-url="ws://127.0.0.1:{server.port}/ws"' in page
     assert "<div>lf-assistant</div>" in page
     assert f"open http://127.0.0.1:{server.port}/" in server.output()
@@ -31,11 +32,11 @@ def test_web_serves_the_page_that_loads_the_app_on_loopback(web_folder, start_we
     assert status == 403
 
 
-async def _first_screen(url: str, origin: str, timeout: float = 60.0) -> str:
+async def _first_screen(url: str, origin: str, token: str, timeout: float = 60.0) -> str:
     import aiohttp
 
     received = b""
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(cookies={"lfa_token": token}) as session:
         async with session.ws_connect(url + "ws?width=100&height=30", origin=origin) as socket:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -50,11 +51,11 @@ def test_each_connection_runs_the_wizard_and_other_origins_are_refused(web_folde
     import aiohttp
 
     server = start_web(web_folder).wait_until_answering()
-    screen = asyncio.run(_first_screen(server.url, origin=server.url.rstrip("/")))
+    screen = asyncio.run(_first_screen(server.base, origin=server.base.rstrip("/"), token=server.token))
     assert "Stage 0" in screen and "Open in a browser" in screen
     assert not list((web_folder / "lf_runs").glob("*/state.json"))  # nothing is written before the first answer
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-        asyncio.run(_first_screen(server.url, origin="http://attacker.example"))
+        asyncio.run(_first_screen(server.base, origin="http://attacker.example", token=server.token))
     assert refused.value.status == 403
 
 
@@ -69,12 +70,12 @@ def test_with_a_token_every_request_must_carry_it(web_folder, start_web):
     token = "correct-horse-battery"
     server = start_web(web_folder, "--host", "0.0.0.0", "--token", token).wait_until_answering()
     assert "warning: listening on 0.0.0.0" in server.output()
-    assert get(server.url)[0] == 401
-    assert get(server.url + "?token=wrong-token-value")[0] == 401
-    status, page, headers = get(server.url + f"?token={token}")
+    assert get(server.base)[0] == 401
+    assert get(server.base + "?token=wrong-token-value")[0] == 401
+    status, page, headers = get(server.base + f"?token={token}")
     assert status == 200 and "textual.js" in page
     cookie = headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     # The page's scripts and websocket then authenticate with the cookie alone.
-    assert get(server.url + "static/js/textual.js", {"Cookie": f"lfa_token={token}"})[0] == 200
-    assert get(server.url + "static/js/textual.js")[0] == 401
+    assert get(server.base + "static/js/textual.js", {"Cookie": f"lfa_token={token}"})[0] == 200
+    assert get(server.base + "static/js/textual.js")[0] == 401
