@@ -166,9 +166,20 @@ def load_state(run_folder: str | Path) -> WizardState:
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist: the run was not started from the guided assistant, so there "
                           "is nothing to resume there. Use `lf-assistant resume-train RUN_ID` for a plain run.") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"{path} cannot be read ({exc}). Start a new run; the old folder is left as it is.") from None
-    return WizardState.from_dict(data)
+    state = WizardState.from_dict(data)
+    # The file is read from disk: its run id must be its own folder's (everything the wizard writes goes to
+    # runs/<run_id>, so another id would write into another run, or outside the runs folder).
+    if state.run_id != Path(run_folder).name:
+        raise ConfigError(f"{path} names run {str(state.run_id)[:80]!r}, not its own folder "
+                          f"{Path(run_folder).name!r} (was the folder copied or renamed?). Resume the run it names, "
+                          "or start a new one; nothing was changed.")
+    if state.device is not None:
+        from assistant.wizard.stages.gpu import device_env
+
+        device_env(state.device)  # ConfigError for a device this wizard never chose
+    return state
 
 
 def stamp_of(run_id: str) -> datetime | None:

@@ -95,6 +95,27 @@ def test_state_round_trips_and_is_written_atomically(workspace):
         load_state(workspace / "nowhere")
 
 
+def test_a_state_file_cannot_send_the_wizard_elsewhere(workspace):
+    """state.json is read from disk: a run id other than its folder's (a copied folder, or an edited path) and a
+    device index that is not a number are refused before anything is written or shown as a command."""
+    import shutil
+
+    state = new_state().replace(device={"platform": "cuda", "indices": [0], "mode": "single", "reason": "free"})
+    save_state(state, "lf_runs")
+    folder = workspace / "lf_runs" / state.run_id
+    assert load_state(folder).run_id == state.run_id
+    copy = workspace / "lf_runs" / "copied"
+    shutil.copytree(folder, copy)
+    with pytest.raises(ConfigError, match="not its own folder 'copied'"):
+        load_state(copy)
+    data = json.loads((folder / "state.json").read_text())
+    for device in ({"platform": "cuda", "indices": ["0;touch /tmp/pwn;"]}, {"platform": "$(id)", "indices": []},
+                   ["cuda"]):
+        (folder / "state.json").write_text(json.dumps({**data, "device": device}))
+        with pytest.raises(ConfigError, match="not one this wizard makes"):
+            load_state(folder)
+
+
 def test_draft_run_is_renamed_after_the_model_keeping_its_stamp(workspace):
     state = new_state()
     save_state(state, "lf_runs")

@@ -7,6 +7,8 @@ pick (an index of their own). The choice is written to `lf_runs/<run_id>/device.
 
 from __future__ import annotations
 
+import shlex
+
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -115,15 +117,26 @@ def device_env(device: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment that pins a process to the chosen device(s); {} before a choice exists."""
     if not device:
         return {}
-    from engine.devices import DeviceChoice
+    from engine.devices import VISIBLE_DEVICES_VAR, DeviceChoice
+    from engine.errors import ConfigError
 
-    return dict(DeviceChoice(device["platform"], list(device["indices"])).env())
+    # state.json is read from disk: a platform or index that is not what a choice holds never reaches a command
+    if not isinstance(device, Mapping):
+        raise ConfigError(f"The saved device choice {str(device)[:120]} is not one this wizard makes; choose the "
+                          "device again.")
+    platform, indices = device.get("platform"), device.get("indices") or []
+    known = platform == "cpu" or platform in VISIBLE_DEVICES_VAR
+    if not known or not isinstance(indices, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 4096 for i in indices):
+        raise ConfigError(f"The saved device choice {str(dict(device))[:120]} is not one this wizard makes; choose "
+                          "the device again.")
+    return dict(DeviceChoice(platform, list(indices)).env())
 
 
 def env_prefix(device: Mapping[str, Any] | None) -> str:
     """`CUDA_VISIBLE_DEVICES=0 ` for commands shown to the user ('' when nothing needs pinning)."""
     env = device_env(device)
-    return "".join(f"{key}={value} " for key, value in sorted(env.items()))
+    return "".join(f"{key}={shlex.quote(value)} " for key, value in sorted(env.items()))
 
 
 def write_device_file(run_folder: Path, device: Mapping[str, Any]) -> Path:

@@ -14,6 +14,8 @@ its saved model gave the held-out pairs (written by the run: heldout_scores.json
 
 from __future__ import annotations
 
+import shlex
+
 import json
 import math
 import re
@@ -167,7 +169,7 @@ def chat_command(run_folder: Path, device: dict | None = None, *, here: bool = T
     from assistant.wizard.stages.gpu import env_prefix
 
     program = self_command() if here else "lf-assistant"
-    return f"{env_prefix(device)}{program} chat {display_path(Path(run_folder) / INFER_FILE)}"
+    return f"{env_prefix(device)}{program} chat {shlex.quote(display_path(Path(run_folder) / INFER_FILE))}"
 
 
 def validate_command(run_folder: Path, *, completion: bool = False) -> list[str]:
