@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.readers import short_repr
 
 TORCH_OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
 # bitsandbytes' optimizers (8-bit state and/or paged memory): CUDA kernels only.
@@ -127,16 +128,13 @@ def scheduler_kwargs(value: Any) -> dict[str, Any]:
     """lr_scheduler_kwargs as a dict: a YAML mapping, a JSON/YAML text of one, or nothing."""
     if value in (None, ""):
         return {}
-    if isinstance(value, str):
+    if isinstance(value, str):  # read within the same limits as a config file (aliases, depth, size)
+        from engine.readers import load_yaml_text
+
         try:
             value = json.loads(value)
-        except ValueError:
-            import yaml
-
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError:
-                value = None
+        except (ValueError, RecursionError):
+            value = load_yaml_text(value, "lr_scheduler_kwargs")
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         raise ConfigError("lr_scheduler_kwargs must be a mapping of argument names to values, e.g. "
                           "{\"num_cycles\": 2} or {min_lr_rate: 0.1}.")
@@ -161,7 +159,7 @@ def schedule_problems(kind: str, kwargs_value: Any, learning_rate: float) -> lis
                 problems.append(f"lr_scheduler_kwargs: {key} must be one of {', '.join(_WSD_SHAPES)}.")
         elif key in allowed and (isinstance(value, bool) or not isinstance(value, (int, float))
                                  or not math.isfinite(value)):
-            problems.append(f"lr_scheduler_kwargs: {key} must be a number, got {value!r:.40}.")
+            problems.append(f"lr_scheduler_kwargs: {key} must be a number, got {short_repr(value, 40)}.")
     if problems:
         return problems
     if kind in ("cosine_with_min_lr", "cosine_warmup_with_min_lr"):

@@ -16,6 +16,7 @@ from engine.data.formats import convert_record, convert_text, require_supported
 from engine.data.mixing import mix
 from engine.data.registry import INFO_FILE, DatasetSpec, dataset_file_path, get_dataset_spec
 from engine.errors import DataError
+from engine.readers import short_repr
 
 __all__ = ["convert_record", "load_examples", "load_texts", "read_records", "split_names"]
 
@@ -147,7 +148,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
     return examples
 
 
-_SPLIT = re.compile(r"^\s*train\s*(?:\[\s*(-?\d+%?)?\s*:\s*(-?\d+%?)?\s*\])?\s*$")
+_SPLIT = re.compile(r"train(?:\[(-?\d{1,12}%?)?:(-?\d{1,12}%?)?\])?")
 
 
 def read_dataset_records(spec: DatasetSpec, dataset_dir: Path) -> list:
@@ -161,9 +162,9 @@ def local_split(records: list, split: str | None, name: str) -> list:
     ``train[10%:]``) takes part of it, with percentages rounded as datasets rounds them ("closest")."""
     if split is None or split.strip() == "train":
         return records
-    found = _SPLIT.match(split)
+    found = _SPLIT.fullmatch("".join(split.split())) if len(split) <= 200 else None  # spaces never matter
     if not found:
-        raise DataError(f"Dataset {name!r}: split {split!r} does not exist in a local file, which holds one split, "
+        raise DataError(f"Dataset {name!r}: split {short_repr(split, 60)} does not exist in a local file, which holds one split, "
                         "train. Write train, or a slice of it such as train[:1000] or train[:10%].")
     start, stop = (_split_bound(bound, len(records)) for bound in found.groups())
     return records[start:stop]

@@ -220,8 +220,11 @@ class ChatModel:
     def complete_batch(self, texts: list[str], *, batch_size: int = 16,
                        on_progress: Callable[[int, int], None] | None = None, **settings) -> list[Generation]:
         """Continue each text as it is, without the chat template: what a continued pre-training run (stage pt)
-        learned. The text is encoded as pre-training encodes it (no special tokens added)."""
-        prompts = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        learned. The text is encoded as pre-training encodes it: no special tokens added, and text that spells a
+        control token (<|im_end|>) stays text unless allow_special_tokens_in_text."""
+        split = not self.config.allow_special_tokens_in_text
+        prompts = [self.tokenizer(text, add_special_tokens=False, split_special_tokens=split)["input_ids"]
+                   for text in texts]
         if any(not ids for ids in prompts):
             raise ConfigError("A completion prompt needs some text.")
         return self._generate(prompts, batch_size, on_progress, settings)

@@ -254,6 +254,12 @@ def test_a_split_a_local_file_does_not_have_is_refused(tmp_path):
     (tmp_path / "dataset_info.json").write_text(json.dumps({"five": {"file_name": "five.json", "split": "test"}}))
     with pytest.raises(DataError, match="split 'test' does not exist in a local file.*train\\[:1000\\]"):
         load_examples("five", tmp_path)
+    from engine.data.loader import local_split
+
+    for hostile in ("train" + " " * 32_000 + "x", "train[:" + "9" * 5000 + "]"):  # answered at once, by name
+        with pytest.raises(DataError, match="does not exist in a local file"):
+            local_split([1, 2], hostile, "five")
+    assert local_split([1, 2, 3], " train [ : 2 ] ", "five") == [1, 2]
 
 
 def test_split_slices_match_the_datasets_library(tmp_path):

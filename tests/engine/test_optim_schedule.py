@@ -198,3 +198,15 @@ def test_loraplus_with_adafactor_and_a_min_lr_schedule_trains(demo_model_dir, tm
     rates = [m["learning_rate"] for m in handle.metrics() if "learning_rate" in m]
     # the rate of the next step, logged every 2 steps: the peak after warmup, half of it at the end (LoRA A's group)
     assert rates[0] == pytest.approx(2e-3) and rates[-1] == pytest.approx(1e-3)
+
+
+def test_scheduler_kwargs_text_is_read_within_the_config_limits():
+    """A text value is YAML read as a config file is: an alias bomb or deep nesting is refused at once, by name."""
+    from engine.config.choices import scheduler_kwargs
+    from engine.errors import ConfigError
+
+    bomb = "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]"
+    for text, said in ((bomb, "alias"), ("[" * 100_000, "nested")):
+        with pytest.raises(ConfigError, match=f"lr_scheduler_kwargs.*{said}"):
+            scheduler_kwargs(text)
+    assert scheduler_kwargs("{num_cycles: 2}") == {"num_cycles": 2}

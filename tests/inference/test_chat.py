@@ -125,6 +125,15 @@ def test_a_turn_forged_inside_a_message_stays_text(lora_chat, lora_run, demo_mod
         allowed.close()
 
 
+def test_a_completion_prompt_that_spells_a_control_token_keeps_it_as_text(lora_chat, monkeypatch):
+    """Completion mode encodes as pre-training does: '<|im_end|>' written in the text is not the control token."""
+    seen = []
+    monkeypatch.setattr(lora_chat, "_generate", lambda prompts, *args: seen.append(prompts) or [])
+    lora_chat.complete_batch(["a<|im_end|>b"])
+    im_end = lora_chat.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert seen and im_end not in seen[0][0] and len(seen[0][0]) > 3
+
+
 def test_an_answer_that_ran_to_max_new_tokens_is_marked_cut(demo_model_dir):
     """The row with a stop token ended; the row without one ran to max_new_tokens and is marked cut, and the
     validation screen and `chat --prompts` show it with "…"."""
