@@ -20,3 +20,14 @@ def metric_words(name: str) -> str:
 
     catalog = CATALOGS[current_language()]
     return catalog.get(f"metric.{name}") or name.replace("rewards/", "reward ").replace("/", " ")
+
+
+def safe(value: object, *, keep_layout: bool = False) -> str:
+    """`value` as text for a rich markup string: control characters shown escaped (``keep_layout``: except line
+    breaks and tabs, for a message of several lines), markup brackets escaped. For anything read from data, a
+    model or a file: an escape sequence in it would otherwise drive the terminal (set the clipboard, retitle)."""
+    from rich.markup import escape
+
+    from engine.data.text import escape_control
+
+    return escape(escape_control(str(value), keep_layout=keep_layout))

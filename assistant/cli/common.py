@@ -15,19 +15,11 @@ import os
 import typer
 import typer.core
 
+from assistant.formatting import safe  # noqa: F401 - the CLI modules take it from here
+
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL = 3
 DEBUG_VARIABLE = "LFA_DEBUG"
-
-
-def safe(value: object, *, keep_layout: bool = False) -> str:
-    """`value` as text for a rich markup string: control characters shown escaped (``keep_layout``: except line
-    breaks and tabs, for a message of several lines), markup brackets escaped."""
-    from rich.markup import escape
-
-    from engine.data.text import escape_control
-
-    return escape(escape_control(str(value), keep_layout=keep_layout))
 
 
 def plain(value: object, *, keep_layout: bool = True) -> str:

@@ -75,3 +75,16 @@ def test_metric_names_and_run_states_read_in_the_interface_language():
         assert rule_words("registry") == ZH["rule.registry"] != "registry" and rule_words(None) == "-"
     finally:
         i18n.set_language("en")
+
+
+def test_answers_and_messages_show_escape_sequences_without_obeying_them():
+    """An answer or a held-out row may hold an escape sequence (OSC 52 writes the clipboard): shown escaped."""
+    from assistant.tui.screens.chat import turn_markup
+    from assistant.tui.screens.validate import answer_block
+
+    hostile = "hi \x1b]52;c;ZXZpbA==\x07 [bold]there[/bold]"
+    block = answer_block({"prompt": hostile, "base": hostile, "tuned": hostile})
+    turn = turn_markup(hostile, {"tuned": hostile, "base": hostile})
+    for markup in (block, turn):
+        assert "\x1b" not in markup and "\x07" not in markup and "\\x1b]52" in markup
+        assert "\\[bold]" in markup  # markup in the text stays text

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from assistant.formatting import safe
 from assistant.i18n import t
 from assistant.tui.widgets.board import ProgressBoard
 from assistant.tui.widgets.keyhelp import KeyHelp
@@ -76,9 +76,10 @@ class StageScreen(Screen):
     # --- messages
     def say(self, problems: list[str] | tuple = (), notes: list[str] | tuple = (), info: list[str] | tuple = ()) -> None:
         """Show problems (red), notes (yellow) and plain information below the content; empty clears it."""
-        lines = [f"[red]✗ {escape(p)}[/]" for p in problems]
-        lines += [f"[yellow]! {escape(n)}[/]" for n in notes]
-        lines += [escape(i) for i in info]
+        # messages may quote what was read from disk (names, paths, a file's text): shown, never obeyed
+        lines = [f"[red]✗ {safe(p, keep_layout=True)}[/]" for p in problems]
+        lines += [f"[yellow]! {safe(n, keep_layout=True)}[/]" for n in notes]
+        lines += [safe(i, keep_layout=True) for i in info]
         self.query_one("#messages", Static).update("\n".join(lines))
         box = self.query_one("#messages-box")
         box.display = bool(lines)

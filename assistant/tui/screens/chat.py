@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,6 +16,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
+from assistant.formatting import safe
 from assistant.i18n import t
 from assistant.tui.messages import ChatReplied
 from assistant.tui.process import child_env
@@ -29,9 +29,9 @@ def turn_markup(prompt: str, reply: dict) -> str:
     """One turn: what was asked, the tuned model's answer, then the base model's (labelled, not colour alone)."""
     from assistant.tui.screens.validate import answer_markup
 
-    lines = [f"[b]> {escape(prompt)}[/b]"]
+    lines = [f"[b]> {safe(prompt, keep_layout=True)}[/b]"]
     if reply.get("error"):
-        return "\n".join(lines + [f"[red]{escape(reply['error'])}[/red]"])
+        return "\n".join(lines + [f"[red]{safe(reply['error'], keep_layout=True)}[/red]"])
     lines.append(f"[green]{t('validate.tuned')}[/green] {answer_markup(reply.get('tuned'))}")
     if reply.get("base") is not None:
         lines.append(f"[dim]{t('validate.base')}[/dim] {answer_markup(reply['base'])}")
@@ -94,7 +94,7 @@ class ChatScreen(Screen):
             return
         if message.ended or (self.pending is None and reply.get("error")):
             self.ready = False
-            status.update(f"[red]{escape(reply.get('error') or '')}[/red]")
+            status.update(f"[red]{safe(reply.get('error') or '', keep_layout=True)}[/red]")
             return
         prompt, self.pending = self.pending or "", None
         if not reply.get("error") and not self.completion:
@@ -127,7 +127,7 @@ class ChatScreen(Screen):
             self.process.stdin.write(json.dumps(request, ensure_ascii=False) + "\n")
             self.process.stdin.flush()
         except OSError as exc:
-            self.query_one("#chat-status", Static).update(f"[red]{escape(str(exc))}[/red]")
+            self.query_one("#chat-status", Static).update(f"[red]{safe(exc, keep_layout=True)}[/red]")
             return
         event.input.disabled = True
         self.query_one("#chat-status", Static).update(t("chat.thinking"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
+from assistant.formatting import safe
 from assistant.i18n import t
 from assistant.tui.screens.config import diff_text
 from assistant.tui.widgets.chart import LossChart
@@ -130,15 +130,15 @@ class RunScreen(Screen):
                    loss=self.row.final_loss),
                  t("loss.plot", path=display_path(record.loss_plot)) if record.loss_plot else "",
                  t("summary.export") + " " + display_path(record.export_dir) if record.export_dir else ""]
-        self.query_one("#run-facts", Static).update(escape("\n".join(f for f in facts if f)))
+        self.query_one("#run-facts", Static).update(safe("\n".join(f for f in facts if f), keep_layout=True))
         self.query_one("#chart", LossChart).set_series({"loss": record.losses})
         diff = [[d["parameter"], fmt_value(d["default"], d["parameter"]), fmt_value(d["new"], d["parameter"]),
                  d["reason"]] for d in record.diff]  # as the config stage showed it: it reads at 80 columns
         self.query_one("#diff", Static).update(diff_text(diff) if diff else t("config.no_diff"))
         fill_table(self.query_one("#config", DataTable), [t("col.parameter"), t("col.value")],
                    [[k, fmt_value(v, k)] for k, v in record.config.items()], width=self.app.size.width - 6)
-        answers = [f"[b]{escape(a.get('prompt', ''))}[/b]\n  {t('validate.base')}: {escape(str(a.get('base', '')))}"
-                   f"\n  {t('validate.tuned')}: {escape(str(a.get('tuned', '')))}" for a in record.answers]
+        answers = [f"[b]{safe(a.get('prompt', ''))}[/b]\n  {t('validate.base')}: {safe(a.get('base', ''))}"
+                   f"\n  {t('validate.tuned')}: {safe(a.get('tuned', ''))}" for a in record.answers]
         self.query_one("#answers", Static).update("\n".join(answers) or t("review.no_answers"))
 
 

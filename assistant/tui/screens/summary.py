@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
-from assistant.formatting import fmt_duration
+from assistant.formatting import fmt_duration, safe
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
 from assistant.wizard.stages.summary import summarize
@@ -36,7 +35,7 @@ class SummaryScreen(StageScreen):
                 ("summary.export", info.export_dir),
                 ("summary.load", info.load_hint),
                 ("summary.chat", info.chat_command)]
-        lines = [f"[b]{t(key)}[/b]  {escape(str(value))}" for key, value in rows if value]
+        lines = [f"[b]{t(key)}[/b]  {safe(value, keep_layout=True)}" for key, value in rows if value]
         from assistant.tui.screens.validate import answer_block
 
         if info.answers:

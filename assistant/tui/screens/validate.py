@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.widgets import Button, ProgressBar, Static, TextArea
 from textual.worker import get_current_worker
 
+from assistant.formatting import safe
 from assistant.i18n import t
 from assistant.tui.messages import InferPlanned, ProcessFinished, ProcessProgressed
 from assistant.tui.process import stream
@@ -36,13 +37,13 @@ def answer_markup(text: object, cut: bool = False) -> str:
     flat = one_line(text)
     if not flat:
         return f"[dim i]{escape(t('validate.empty_answer'))}[/]"
-    return escape(flat) + (f" [dim i]{escape(t('validate.cut'))}[/]" if cut else "")
+    return safe(flat) + (f" [dim i]{escape(t('validate.cut'))}[/]" if cut else "")
 
 
 def answer_block(row: dict) -> str:
     """One prompt: the prompt, then the data's answer (a held-out row), the base's and the tuned model's, each on
     its own labelled line so they read apart without colour."""
-    lines = [f"[b]{escape(one_line(row.get('prompt'), 160))}[/b]"]
+    lines = [f"[b]{safe(one_line(row.get('prompt'), 160))}[/b]"]
     if row.get("reference") is not None:
         lines.append(f"[cyan]{t('validate.reference')}[/cyan] {answer_markup(row['reference'])}")
     lines.append(f"[dim]{t('validate.base')}[/dim] {answer_markup(row.get('base'), row.get('base_cut') is True)}")
@@ -55,11 +56,11 @@ def score_block(row: dict) -> str:
     """A held-out pair as the reward model scored it: ✓ when the chosen answer scored higher."""
     good = row.get("chosen_score", 0.0) > row.get("rejected_score", 0.0)
     mark = "[green]✓[/green]" if good else "[red]✗[/red]"
-    return "\n".join([f"{mark} [b]{escape(one_line(row.get('prompt'), 120))}[/b]",
+    return "\n".join([f"{mark} [b]{safe(one_line(row.get('prompt'), 120))}[/b]",
                       f"  [green]{t('data.chosen')} {row.get('chosen_score', 0.0):+.3f}[/green] "
-                      f"{escape(one_line(row.get('chosen'), 80))}",
+                      f"{safe(one_line(row.get('chosen'), 80))}",
                       f"  [red]{t('data.rejected')} {row.get('rejected_score', 0.0):+.3f}[/red] "
-                      f"{escape(one_line(row.get('rejected'), 80))}"])
+                      f"{safe(one_line(row.get('rejected'), 80))}"])
 
 
 class ValidateScreen(StageScreen):
