@@ -12,16 +12,25 @@ from engine.data.templates import get_template
 @pytest.mark.parametrize(("count", "batch_size", "workers"), [(10, 3, None), (25, 4, 3), (7, 1000, 16), (2, 1, 4),
                                                               (13, 5, 2)])
 def test_chunks_are_the_batches_datasets_map_hands_the_preprocessing(tmp_path, count, batch_size, workers):
-    """The same row ranges as datasets.map(batched=True, batch_size, num_proc), which LLaMA-Factory calls."""
-    from datasets import Dataset
+    """The same row ranges as datasets.map(batched=True, batch_size, num_proc), which LLaMA-Factory calls. It runs
+    in a child process: datasets' worker pool leaves this one's terminal detection changed for later tests."""
+    import json
+    import subprocess
+    import sys
 
-    def first_row(batch):  # each row learns the first row of the batch it was processed in
-        return {"batch": [batch["i"][0]] * len(batch["i"])}
-
-    mapped = Dataset.from_dict({"i": list(range(count))}).map(first_row, batched=True, batch_size=batch_size,
-                                                             num_proc=workers)
-    expected = [[row for row in range(count) if mapped[row]["batch"] == start]
-                for start in sorted(set(mapped["batch"]))]
+    code = f"""
+import json
+from datasets import Dataset
+def first_row(batch):  # each row learns the first row of the batch it was processed in
+    return {{"batch": [batch["i"][0]] * len(batch["i"])}}
+mapped = Dataset.from_dict({{"i": list(range({count}))}}).map(first_row, batched=True, batch_size={batch_size},
+                                                           num_proc={workers})
+print(json.dumps(list(mapped["batch"])))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "HF_DATASETS_CACHE": str(tmp_path)}).stdout
+    batch_of = json.loads(out.strip().splitlines()[-1])
+    expected = [[row for row in range(count) if batch_of[row] == start] for start in sorted(set(batch_of))]
     assert [list(chunk) for chunk in preprocessing_chunks(count, batch_size, workers)] == expected
 
 

@@ -99,8 +99,10 @@ def test_llamafactory_keys_refused_by_feature_or_named_as_unused():
                        "lf-assistant does not support; use finetuning_type: lora"):
         engine.load_config({**DATA, "galore_rank": 32})
     # At LLaMA-Factory's default value the feature is off there too: accepted, named as unused.
-    cfg = engine.load_config({**DATA, "use_galore": False, "preprocessing_num_workers": 16, "use_apollo": False})
-    assert set(cfg.unused_keys) == {"use_galore", "preprocessing_num_workers", "use_apollo"}
+    cfg = engine.load_config({**DATA, "use_galore": False, "dataloader_num_workers": 16, "use_apollo": False})
+    assert set(cfg.unused_keys) == {"use_galore", "dataloader_num_workers", "use_apollo"}
+    # preprocessing_num_workers bounds LLaMA-Factory's preprocessing batches (engine.data.chunks): used
+    assert engine.load_config({**DATA, "preprocessing_num_workers": 16}).preprocessing_num_workers == 16
     assert ignored_keys(cfg) == list(cfg.unused_keys)
 
 
