@@ -32,7 +32,7 @@ import typer
 
 from assistant.cli.common import print_error
 
-TOKEN_COOKIE = "lfa_token"
+TOKEN_COOKIE = "lfa_token_{port}"  # per port: browsers share cookies across the ports of one host
 TOKEN_ENV = "LFA_WEB_TOKEN"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 DEFAULT_PORT = 8000
@@ -119,12 +119,13 @@ def make_server(host: str, port: int, token: str | None, command: str):
         origin = request.headers.get("Origin")
         if request.path == "/ws" and origin and URL(origin).authority != URL(f"http://{request.host}").authority:
             raise aioweb.HTTPForbidden(text="Cross-origin connection refused.\n")
-        given = request.query.get("token") or request.cookies.get(TOKEN_COOKIE)
+        cookie = TOKEN_COOKIE.format(port=port)
+        given = request.query.get("token") or request.cookies.get(cookie)
         if token and not (given and hmac.compare_digest(given.encode(), token.encode())):
             raise aioweb.HTTPUnauthorized(text="Open the URL `lf-assistant web` printed (it carries ?token=...).\n")
         response = await handler(request)
         if token and request.query.get("token") and request.path == "/":
-            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
+            response.set_cookie(cookie, token, httponly=True, samesite="Strict")
         return response
 
     class WizardServer(Server):
@@ -183,7 +184,10 @@ def start_detached(runs_dir: Path, lang: str | None = None, *, wait_s: float = 2
     token = secrets.token_urlsafe(18)  # through the environment: a command line is visible to every local user
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
            TOKEN_ENV: token}
-    with open(log_path, "a", encoding="utf-8") as log:
+    # The log holds the page URL and the access log, so the token: readable by this user only.
+    descriptor = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.chmod(log_path, 0o600)
+    with open(descriptor, "a", encoding="utf-8") as log:
         process = subprocess.Popen(argv + (["--lang", lang] if lang else []), stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     deadline = time.monotonic() + wait_s

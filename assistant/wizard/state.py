@@ -171,10 +171,11 @@ def load_state(run_folder: str | Path) -> WizardState:
     state = WizardState.from_dict(data)
     # The file is read from disk: its run id must be its own folder's (everything the wizard writes goes to
     # runs/<run_id>, so another id would write into another run, or outside the runs folder).
-    if state.run_id != Path(run_folder).name:
-        raise ConfigError(f"{path} names run {str(state.run_id)[:80]!r}, not its own folder "
-                          f"{Path(run_folder).name!r} (was the folder copied or renamed?). Resume the run it names, "
-                          "or start a new one; nothing was changed.")
+    folder = Path(run_folder).resolve().name  # `--resume .` or a link name the folder too
+    if state.run_id != folder:
+        raise ConfigError(f"{path} names run {str(state.run_id)[:80]!r}, not its own folder {folder!r} (was the "
+                          "folder copied or renamed?). Resume the run it names, or start a new one; nothing was "
+                          "changed.")
     if state.device is not None:
         from assistant.wizard.stages.gpu import device_env
 
@@ -208,6 +209,9 @@ def rename_for_model(state: WizardState, runs_dir: str | Path | None = None) -> 
     old_folder, new_folder = run_path(state, runs_dir), runs_root(runs_dir) / new_id
     if new_id == state.run_id or new_folder.exists() or (old_folder / "status.json").exists():
         return state
+    renamed = state.replace(run_id=new_id)
     if old_folder.exists():
+        if (old_folder / STATE_FILE).exists():  # the id moves with its folder, so a crash between leaves no mismatch
+            write_json_atomic(old_folder / STATE_FILE, renamed.to_dict())
         old_folder.rename(new_folder)
-    return state.replace(run_id=new_id)
+    return renamed

@@ -65,7 +65,11 @@ def _refuse_an_adapter_beside_its_continuation(adapters: list[str]) -> None:
     listed = {str(Path(a).expanduser().resolve()): a for a in adapters}
     for adapter in adapters:
         continued = (read_training_info(adapter) or {}).get("continued_adapter")
-        if continued in listed:
+        seen = set()
+        while isinstance(continued, str) and continued not in listed and continued not in seen:
+            seen.add(continued)  # follow the chain: C continued B, which continued A, holds A too
+            continued = (read_training_info(continued) or {}).get("continued_adapter")
+        if isinstance(continued, str) and continued in listed:
             rest = ",".join(a for a in adapters if a != listed[continued])
             raise ConfigError(
                 f"{adapter} continued the training of {listed[continued]} (it holds that adapter's weights and "

@@ -35,7 +35,9 @@ def setup(session: Session) -> Task:
         if not rows and names == config.dataset:
             total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
             raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} "
-                            "tokens in all): lower cutoff_len, add text, or set packing: false.")
+                            f"tokens in all, packed per {config.preprocessing_batch_size} texts as LLaMA-Factory "
+                            "does, each batch's leftover dropped): lower cutoff_len, add text, raise "
+                            "preprocessing_batch_size, or set packing: false.")
         return [{"input_ids": ids, "labels": list(ids)} for ids in rows]
 
     train_samples, eval_samples = session.train_and_eval(encode, unit=f"rows of up to {config.cutoff_len} tokens",

@@ -392,3 +392,10 @@ def test_an_adapter_is_never_applied_beside_the_one_it_continued(lora_run, demo_
         plan_model(str(demo_model_dir), [str(lora_run), str(continued)], "qwen")
     assert plan_model(str(demo_model_dir), [str(continued)], "qwen").adapters == [str(continued)]
     assert len(plan_model(str(demo_model_dir), [str(lora_run), str(stacked_run)], "qwen").adapters) == 2
+    # a chain: the third continued the second, which continued lora_run, so it holds lora_run too
+    import dataclasses
+
+    third = dataclasses.replace(config, adapter_name_or_path=str(continued), output_dir=str(tmp_path / "third"))
+    third = Path(engine.train(third, runs_dir=tmp_path / "runs").status().output_dir)
+    with pytest.raises(ConfigError, match="continued the training of"):
+        plan_model(str(demo_model_dir), [str(lora_run), str(third)], "qwen")

@@ -115,3 +115,21 @@ def base_weights(model_dir):
     from safetensors.torch import load_file
 
     return load_file(Path(model_dir) / "model.safetensors")
+
+
+def test_lf_packing_follows_the_configs_preprocessing_batches():
+    """build_batcher packs within the batches preprocessing_batch_size / preprocessing_num_workers give: a row never
+    takes samples of two batches, so another batch size packs other rows."""
+    import engine
+    from engine.training.batching import build_batcher
+
+    samples = skewed_samples(40, longest=60)
+    rows = {}
+    for batch, workers in ((1000, None), (7, None), (1000, 3)):
+        config = engine.load_config({"stage": "sft", "packing": True, "cutoff_len": 256,
+                                     "preprocessing_batch_size": batch, "preprocessing_num_workers": workers})
+        rows[batch, workers] = build_batcher(config, samples, None, pad_token_id=0).rows
+    assert all(len({i // 7 for i in row}) == 1 for row in rows[7, None])
+    shards = [range(0, 14), range(14, 27), range(27, 40)]  # 40 rows in 3 contiguous shards: 14, 13, 13
+    assert all(len({next(n for n, s in enumerate(shards) if i in s) for i in row}) == 1 for row in rows[1000, 3])
+    assert rows[1000, None] != rows[7, None]

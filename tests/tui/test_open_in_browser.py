@@ -29,6 +29,8 @@ async def test_open_in_browser_starts_the_server_and_hands_the_session_over(work
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url.split("?")[0], timeout=10)
         assert refused.value.code == 401
+        logs = list((workspace / "lf_runs").glob("web-*.log"))  # it holds the URL: this user's only
+        assert logs and all(log.stat().st_mode & 0o077 == 0 for log in logs)
         # The session is saved past stage 0 as a run-here session: the page's wizard reopens it there.
         state = json.loads((workspace / "lf_runs" / app.state.run_id / "state.json").read_text())
         assert state["execution"] == "run_here" and state["stage"] == "data" and "flow" in state["done"]

@@ -34,9 +34,10 @@ def test_web_serves_the_page_that_loads_the_app_on_loopback(web_folder, start_we
 
 async def _first_screen(url: str, origin: str, token: str, timeout: float = 60.0) -> str:
     import aiohttp
+    from yarl import URL
 
     received = b""
-    async with aiohttp.ClientSession(cookies={"lfa_token": token}) as session:
+    async with aiohttp.ClientSession(cookies={f"lfa_token_{URL(url).port}": token}) as session:
         async with session.ws_connect(url + "ws?width=100&height=30", origin=origin) as socket:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -75,7 +76,7 @@ def test_with_a_token_every_request_must_carry_it(web_folder, start_web):
     status, page, headers = get(server.base + f"?token={token}")
     assert status == 200 and "textual.js" in page
     cookie = headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"lfa_token_{server.port}=" in cookie
     # The page's scripts and websocket then authenticate with the cookie alone.
-    assert get(server.base + "static/js/textual.js", {"Cookie": f"lfa_token={token}"})[0] == 200
+    assert get(server.base + "static/js/textual.js", {"Cookie": f"lfa_token_{server.port}={token}"})[0] == 200
     assert get(server.base + "static/js/textual.js")[0] == 401

@@ -110,7 +110,7 @@ def test_a_state_file_cannot_send_the_wizard_elsewhere(workspace):
         load_state(copy)
     data = json.loads((folder / "state.json").read_text())
     for device in ({"platform": "cuda", "indices": ["0;touch /tmp/pwn;"]}, {"platform": "$(id)", "indices": []},
-                   ["cuda"]):
+                   ["cuda"], {"platform": ["cuda"], "indices": [0]}):
         (folder / "state.json").write_text(json.dumps({**data, "device": device}))
         with pytest.raises(ConfigError, match="not one this wizard makes"):
             load_state(folder)
@@ -123,6 +123,7 @@ def test_draft_run_is_renamed_after_the_model_keeping_its_stamp(workspace):
     renamed = rename_for_model(state.replace(model="Qwen/Qwen3-0.6B", method="lora"), "lf_runs")
     assert renamed.run_id == f"qwen3-0.6b_lora_{stamp}"
     assert (workspace / "lf_runs" / renamed.run_id / "state.json").is_file()
+    assert load_state(workspace / "lf_runs" / renamed.run_id).run_id == renamed.run_id  # the id moved with it
     assert not (workspace / "lf_runs" / state.run_id).exists()
     # back at stage 0 with another model and method: the id follows them, keeping the stamp
     again = rename_for_model(renamed.replace(model="other/Llama-3", method="qlora"), "lf_runs")

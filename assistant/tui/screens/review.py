@@ -137,8 +137,9 @@ class RunScreen(Screen):
         self.query_one("#diff", Static).update(diff_text(diff) if diff else t("config.no_diff"))
         fill_table(self.query_one("#config", DataTable), [t("col.parameter"), t("col.value")],
                    [[k, fmt_value(v, k)] for k, v in record.config.items()], width=self.app.size.width - 6)
-        answers = [f"[b]{safe(a.get('prompt', ''))}[/b]\n  {t('validate.base')}: {safe(a.get('base', ''))}"
-                   f"\n  {t('validate.tuned')}: {safe(a.get('tuned', ''))}" for a in record.answers]
+        answers = [f"[b]{safe(a.get('prompt', ''), keep_layout=True)}[/b]"
+                   f"\n  {t('validate.base')}: {safe(a.get('base', ''), keep_layout=True)}"
+                   f"\n  {t('validate.tuned')}: {safe(a.get('tuned', ''), keep_layout=True)}" for a in record.answers]
         self.query_one("#answers", Static).update("\n".join(answers) or t("review.no_answers"))
 
 

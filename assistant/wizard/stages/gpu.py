@@ -125,7 +125,7 @@ def device_env(device: Mapping[str, Any] | None) -> dict[str, str]:
         raise ConfigError(f"The saved device choice {str(device)[:120]} is not one this wizard makes; choose the "
                           "device again.")
     platform, indices = device.get("platform"), device.get("indices") or []
-    known = platform == "cpu" or platform in VISIBLE_DEVICES_VAR
+    known = isinstance(platform, str) and (platform == "cpu" or platform in VISIBLE_DEVICES_VAR)
     if not known or not isinstance(indices, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 4096 for i in indices):
         raise ConfigError(f"The saved device choice {str(dict(device))[:120]} is not one this wizard makes; choose "
