@@ -16,10 +16,9 @@ def fmt_duration(seconds: float | None) -> str:
 def metric_words(name: str) -> str:
     """A metric's name in a sentence, in the interface language (``metric.<name>`` in the catalogs):
     ``rewards/accuracies`` -> ``reward accuracies``; a metric the catalogs do not name reads as its key."""
-    from assistant.i18n import CATALOGS, current_language
+    from assistant.i18n import t_or
 
-    catalog = CATALOGS[current_language()]
-    return catalog.get(f"metric.{name}") or name.replace("rewards/", "reward ").replace("/", " ")
+    return t_or(f"metric.{name}", name.replace("rewards/", "reward ").replace("/", " "))
 
 
 def safe(value: object, *, keep_layout: bool = False) -> str:

@@ -64,6 +64,12 @@ def current_language() -> str:
     return _current
 
 
+def t_or(key: str, fallback: str, /) -> str:
+    """The string for `key` when the catalogs have one, else `fallback`: names (metrics, states, rules) that the
+    catalogs may or may not translate."""
+    return t(key) if key in CATALOGS[_current] or key in EN else fallback
+
+
 def t(key: str, /, **values: object) -> str:
     """The string for `key` in the current language, formatted with `values`."""
     text = CATALOGS[_current].get(key) or EN.get(key) or key

@@ -16,9 +16,9 @@ The strategies, and what an optimizer step holds in each:
   has fewer steps; the loss is still normalised by each step's trained tokens.
 
 LLaMA-Factory's ``packing: true`` (SFT) is none of these: ``LFPackedBatcher`` packs the samples into rows of up to
-``cutoff_len`` tokens first (its greedy knapsack, per chunk of 1,000 samples as its preprocessing maps them), then
-the ROWS are the data: shuffled, ``batch_size`` rows per micro-batch, so an epoch has fewer steps. Attention spans
-the samples of a row (only positions restart), unless ``neat_packing``, which keeps each sample to itself.
+``cutoff_len`` tokens first (its greedy knapsack, per preprocessing batch: engine.data.chunks), then the ROWS
+are the data: shuffled, ``batch_size`` rows per micro-batch, so an epoch has fewer steps. Attention spans the
+samples of a row (only positions restart), unless ``neat_packing``, which keeps each sample to itself.
 """
 
 from __future__ import annotations

@@ -109,6 +109,7 @@ def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, ski
         assert config_stage.apply_edit(ready, "report_to", typed).state.edits == {"report_to": "tensorboard,none"}
     assert not config_stage.apply_edit(ready, "report_to", "tensorboard,bogus").ok
     assert not config_stage.apply_edit(ready, "learning_rate", "-1").ok  # out of range, said at once
+    assert not config_stage.apply_edit(ready, "lora_rank", "[" * 100_000).ok  # refused, not a RecursionError
     unknown = config_stage.apply_edit(ready, "learning_rat", "1e-4")
     assert not unknown.ok and "learning_rate" in unknown.problems[0]
     assert not config_stage.apply_edit(ready, "dataset", "alpaca_demo").ok  # decided in the data stage

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, RadioSet, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from assistant.i18n import t
+from assistant.i18n import t, t_or
 from assistant.tui.messages import (DatasetsListed, FileChecked, Filled, Onboarded, PlaceholdersFound, PreviewLoaded,
                                     RowsCounted)
 from assistant.tui.screens.base import COMMON_KEYS, StageScreen
@@ -58,8 +58,7 @@ def preview_markup(examples: list[dict]) -> str:
                 lines.append(f"  [green]{t('data.trained')}: {text}[/green]")
             else:
                 role = str(message.get("role"))
-                lines.append(f"  [dim]{escape(t('role.' + role) if t('role.' + role) != 'role.' + role else role)}: "
-                             f"{text}[/dim]")
+                lines.append(f"  [dim]{escape(t_or('role.' + role, role))}: {text}[/dim]")
         if "chosen" in example:
             lines.append(f"  [green]✓ {t('data.chosen')}: {_short(example['chosen'])}[/green]")
             lines.append(f"  [red]✗ {t('data.rejected')}: {_short(example['rejected'])}[/red]")

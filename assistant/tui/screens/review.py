@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
 from assistant.formatting import safe
-from assistant.i18n import t
+from assistant.i18n import t, t_or
 from assistant.tui.screens.config import diff_text
 from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import column_widths, fill_table, fmt_value
@@ -23,8 +23,7 @@ from assistant.wizard.stages.train import display_path
 
 def state_words(state: str) -> str:
     """A run state in the interface language (a wizard's own "wizard: stage" stays as it is)."""
-    key = f"run.{state}"
-    return t(key) if t(key) != key else state
+    return t_or(f"run.{state}", state)
 
 
 class RunsScreen(Screen):

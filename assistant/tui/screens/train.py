@@ -16,7 +16,7 @@ from textual.widgets import Button, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from assistant.formatting import fmt_duration, metric_words
-from assistant.i18n import t
+from assistant.i18n import t, t_or
 from assistant.tui.messages import RunPolled, RunStarted
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.chart import LossChart
@@ -68,8 +68,7 @@ def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
 
 def metric_label(name: str) -> str:
     """rewards/accuracies -> accuracies (准确率 in zh): the chart legend must fit ~54 columns."""
-    key = f"metric.short.{name}"
-    return t(key) if t(key) != key else name.rsplit("/", 1)[-1]
+    return t_or(f"metric.short.{name}", name.rsplit("/", 1)[-1])
 
 
 class TrainScreen(StageScreen):

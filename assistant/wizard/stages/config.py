@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from assistant.i18n import t
 from assistant.wizard.build import BuiltConfig
 from assistant.wizard.skill import Skill
@@ -55,9 +53,12 @@ def parse_value(raw: str) -> Any:
     text = (raw or "").strip()
     if not text:
         return None
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+    from engine.errors import ConfigError
+    from engine.readers import load_yaml_text
+
+    try:  # within the config file's limits: a typed value is no more trusted than a file
+        value = load_yaml_text(text, "the value")
+    except ConfigError:
         return text
     return text if isinstance(value, dict) else value
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from assistant.i18n import t
+from assistant.i18n import t, t_or
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
@@ -33,7 +33,7 @@ class FetchPlan:
 
 def rule_words(rule: str | None) -> str:
     """Where the template came from (engine.models.resolve's rule names) in the interface language."""
-    return t(f"rule.{rule}") if rule and t(f"rule.{rule}") != f"rule.{rule}" else (rule or "-")
+    return t_or(f"rule.{rule}", rule) if rule else "-"
 
 def is_offline() -> bool:
     from engine.models.download import is_offline as offline
