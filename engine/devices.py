@@ -26,6 +26,7 @@ from typing import Literal
 
 from engine.errors import DeviceError
 from engine.jsonio import write_text_atomic
+from engine.readers import short_repr
 
 Vendor = Literal["nvidia", "amd"]
 Platform = Literal["cuda", "rocm", "cpu"]
@@ -139,10 +140,17 @@ class DeviceChoice:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> DeviceChoice:
-        platform = data.get("platform")
-        if platform not in ("cuda", "rocm", "cpu"):
-            raise DeviceError(f"device.json names platform {platform!r}, not cuda, rocm or cpu. Choose GPUs again.")
-        return cls(platform=platform, indices=[int(i) for i in data.get("indices", [])])
+        """A saved choice (device.json, the wizard's state.json), checked: it is read from disk and its indices end
+        up in an environment variable and in commands shown to the user."""
+        platform, indices = data.get("platform"), data.get("indices") or []
+        if not isinstance(platform, str) or platform not in ("cuda", "rocm", "cpu"):
+            raise DeviceError(f"device.json names platform {short_repr(platform, 40)}, not cuda, rocm or cpu. Choose "
+                              "GPUs again.")
+        if not isinstance(indices, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 4096 for i in indices):
+            raise DeviceError(f"device.json names devices {short_repr(indices, 60)}, not device numbers. Choose GPUs "
+                              "again.")
+        return cls(platform=platform, indices=list(indices))
 
 
 def detect_devices(

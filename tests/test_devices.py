@@ -247,3 +247,16 @@ def test_gpus_cli_on_cpu(tmp_path, monkeypatch):
     result = _run_gpus_cli({"PATH": str(tmp_path)})
     assert result.exit_code == 0, result.output
     assert "No GPU found" in result.output and "fp32" in result.output
+
+
+def test_a_saved_choice_names_device_numbers_only(tmp_path):
+    """device.json is read from disk; its indices reach CUDA_VISIBLE_DEVICES and printed commands."""
+    from engine.devices import DEVICE_CHOICE_FILE, load_choice
+    from engine.errors import DeviceError
+
+    for indices in (["0;touch /tmp/pwn"], [True], [-1], "0"):
+        (tmp_path / DEVICE_CHOICE_FILE).write_text(json.dumps({"platform": "cuda", "indices": indices}))
+        with pytest.raises(DeviceError, match="not device numbers"):
+            load_choice(tmp_path)
+    (tmp_path / DEVICE_CHOICE_FILE).write_text(json.dumps({"platform": "cuda", "indices": [0, 2]}))
+    assert load_choice(tmp_path).env() == {"CUDA_VISIBLE_DEVICES": "0,2"}

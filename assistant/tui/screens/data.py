@@ -17,6 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, RadioSet, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from assistant.formatting import safe
 from assistant.i18n import t, t_or
 from assistant.tui.messages import (DatasetsListed, FileChecked, Filled, Onboarded, PlaceholdersFound, PreviewLoaded,
                                     RowsCounted)
@@ -26,7 +27,6 @@ from assistant.tui.widgets.marked import MarkedCheckbox, MarkedSelectionList
 from assistant.tui.widgets.question import QuestionSet
 from assistant.wizard.stages import data
 from assistant.wizard.stages.train import display_path
-from engine.data.text import escape_control
 
 PREVIEW_CHARS = 160
 # Every problem is listed (the area scrolls); past this many the file is not the right format at all.
@@ -35,7 +35,7 @@ PROBLEMS_SHOWN = 500
 
 def _short(text: object) -> str:
     # Data rows may hold escape sequences and markup: both are shown as text, never interpreted.
-    return escape(escape_control(str(text or "").replace("\n", " ")[:PREVIEW_CHARS]))
+    return safe(str(text or "").replace("\n", " ")[:PREVIEW_CHARS], keep_layout=True)
 
 
 def preview_markup(examples: list[dict]) -> str:
@@ -217,7 +217,7 @@ class DataScreen(StageScreen):
             self.post_message(PreviewLoaded(name, [], error=str(exc)))
 
     def on_preview_loaded(self, message: PreviewLoaded) -> None:
-        body = escape(escape_control(message.error)) if message.error else preview_markup(message.examples)
+        body = safe(message.error, keep_layout=True) if message.error else preview_markup(message.examples)
         title = t("data.preview_pairs" if self.ranking else "data.preview", name=message.name)
         self.query_one("#preview", Static).update(f"[b]{escape(title)}[/b]\n{body}")
 
@@ -256,7 +256,7 @@ class DataScreen(StageScreen):
     def on_file_checked(self, message: FileChecked) -> None:
         self.checked = message
         shown = message.problems[:PROBLEMS_SHOWN]
-        lines = [f"[red]{escape(escape_control(p))}[/red]" for p in shown]
+        lines = [f"[red]{safe(p, keep_layout=True)}[/red]" for p in shown]
         if len(message.problems) > len(shown):
             lines.append(t("data.more_problems", count=len(message.problems) - len(shown)))
         report = message.report

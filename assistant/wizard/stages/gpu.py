@@ -117,20 +117,18 @@ def device_env(device: Mapping[str, Any] | None) -> dict[str, str]:
     """The environment that pins a process to the chosen device(s); {} before a choice exists."""
     if not device:
         return {}
-    from engine.devices import VISIBLE_DEVICES_VAR, DeviceChoice
-    from engine.errors import ConfigError
+    from engine.devices import DeviceChoice
+    from engine.errors import ConfigError, DeviceError
+    from engine.readers import short_repr
 
     # state.json is read from disk: a platform or index that is not what a choice holds never reaches a command
-    if not isinstance(device, Mapping):
-        raise ConfigError(f"The saved device choice {str(device)[:120]} is not one this wizard makes; choose the "
-                          "device again.")
-    platform, indices = device.get("platform"), device.get("indices") or []
-    known = isinstance(platform, str) and (platform == "cpu" or platform in VISIBLE_DEVICES_VAR)
-    if not known or not isinstance(indices, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 4096 for i in indices):
-        raise ConfigError(f"The saved device choice {str(dict(device))[:120]} is not one this wizard makes; choose "
-                          "the device again.")
-    return dict(DeviceChoice(platform, list(indices)).env())
+    try:
+        if not isinstance(device, Mapping):
+            raise DeviceError("not a mapping")
+        return dict(DeviceChoice.from_dict(device).env())
+    except DeviceError:
+        raise ConfigError(f"The saved device choice {short_repr(device, 120)} is not one this wizard makes; choose "
+                          "the device again.") from None
 
 
 def env_prefix(device: Mapping[str, Any] | None) -> str:
