@@ -121,12 +121,13 @@ def pick_source(timeout_s: float = 3.0) -> tuple[str, str]:
 
 
 def _bytes_on_disk(target: Path) -> int:
-    """Finished files plus partial downloads; the clients' own metadata under .cache/ is not counted."""
+    """Finished files plus partial downloads; the clients' own metadata under .cache/ and our marks are not
+    counted."""
     total = 0
     for dirpath, dirnames, filenames in os.walk(target):
         in_cache = ".cache" in Path(dirpath).relative_to(target).parts
         for name in filenames:
-            if not in_cache or name.endswith(".incomplete"):
+            if name.endswith(".incomplete") if in_cache else name not in (TARGET_MARK, MANIFEST):
                 try:
                     total += (Path(dirpath) / name).stat().st_size
                 except OSError:
@@ -136,6 +137,36 @@ def _bytes_on_disk(target: Path) -> int:
 
 _JOBS: dict[Path, "DownloadJob"] = {}
 _JOBS_LOCK = threading.Lock()
+
+
+TARGET_MARK = ".lfa-download.json"
+"""Written into a download's target before anything else: what the folder is a download of. Only a folder that
+carries it for the same model (or an earlier download's hub cache) is resumed into; any other folder that is not
+empty is the user's and is refused, since a download writes config.json, README.md and weights over files of the
+same name, and a resume deletes damaged *.safetensors."""
+_OWN_CACHES = (Path(".cache") / "huggingface", Path(".cache") / "modelscope", Path(".cache") / "package")
+
+
+def claim_target(target: Path, identity: str, source: str) -> None:
+    """Make `target` a download folder of `identity`, or refuse (ModelError) one that holds other files."""
+    from engine.jsonio import read_json_dict, write_text_atomic
+
+    if target.exists() and not target.is_dir():
+        raise ModelError(f"{target} is a file, not a folder; give --out a new folder.")
+    mark = read_json_dict(target / TARGET_MARK) if target.is_dir() else {}
+    if mark and mark.get("model") != identity:
+        raise ModelError(f"{target} holds a download of {mark.get('model')!r}, not {identity!r}; give --out a new "
+                         "folder (nothing in it was changed).")
+    if not mark and target.is_dir() and not any((target / cache).is_dir() for cache in _OWN_CACHES):
+        entries = sorted(p.name for p in target.iterdir())
+        if entries:
+            shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
+            raise ModelError(f"{target} is not empty ({shown}) and is not a download of {identity}. Downloading "
+                             "there would overwrite files of the same name; give --out a new or empty folder "
+                             "(nothing in it was changed).")
+    target.mkdir(parents=True, exist_ok=True)
+    if mark.get("model") != identity or mark.get("source") != source:
+        write_text_atomic(target / TARGET_MARK, json.dumps({"model": identity, "source": source}))
 
 
 def active_jobs() -> list["DownloadJob"]:
@@ -154,8 +185,9 @@ class DownloadJob:
                  on_progress: Callable[[DownloadProgress], None] | None = None, interval_s: float = 1.0,
                  slow_bps: float = SLOW_BPS, slow_after_s: float = SLOW_AFTER_S, note: str = "",
                  package: PackageFile | None = None, repo_type: str = "model",
-                 check: Callable[[Path], CacheCheck] | None = None) -> None:
+                 check: Callable[[Path], CacheCheck] | None = None, identity: str | None = None) -> None:
         self.repo_id, self.source, self.target = repo_id, source, Path(target).resolve()
+        self.identity = identity or repo_id  # what the target folder is a download of (a registry id spans hubs)
         self.package = package
         self._reported_bytes, self._phase = 0, ""  # what the child says (the package source reports both)
         # A dataset repo (repo_type "dataset") is checked by ``check`` (its files at their listed sizes), not as a model.
@@ -184,13 +216,15 @@ class DownloadJob:
                 raise ModelError(f"A download into {self.target} is already running; wait for it or cancel it.")
             _JOBS[self.target] = self
         try:
-            self.target.mkdir(parents=True, exist_ok=True)
+            claim_target(self.target, self.identity, self.source)
             self._drop_broken_files()
             self._proc = subprocess.Popen(self._command(), env=self._child_env(), stdin=subprocess.DEVNULL,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        except OSError as exc:
+        except (OSError, ModelError) as exc:
             with _JOBS_LOCK:
                 _JOBS.pop(self.target, None)
+            if isinstance(exc, ModelError):
+                raise
             raise ModelError(f"Cannot start the download into {self.target}: {exc}. Check that the folder is "
                              "writable and has free space.") from exc
         self._readers = [threading.Thread(target=self._read_events, daemon=True),
@@ -391,7 +425,8 @@ def start_download(model_id: str, *, source: Source = "auto", out_dir: str | Pat
         raise ModelError(f"{model_id} is not hosted on {SITE[source]}; use --source hf.")
     target = Path(out_dir) if out_dir else Path("models") / repo_id.split("/")[-1]
     job = DownloadJob(repo_id, source, target, params_b=entry.params_b if entry else None,
-                      on_progress=on_progress, interval_s=interval_s, note=note)
+                      on_progress=on_progress, interval_s=interval_s, note=note,
+                      identity=entry.id if entry else repo_id)
     return job.start()
 
 

@@ -196,3 +196,37 @@ def test_a_failed_dataset_download_names_the_switch_datasets_have():
     dataset = _explain(offline, "hf", "llamafactory/lima", Path("x"), "dataset")
     assert "USE_MODELSCOPE_HUB=1" in dataset and "--source" not in dataset  # `data download` has no --source
     assert "--source modelscope" in _explain(offline, "hf", "org/model", Path("x"))
+
+
+def test_a_folder_of_the_users_is_never_downloaded_into(tmp_path):
+    """--out naming a folder with other files in it: refused before anything runs, every file as it was (a resume
+    would delete a *.safetensors that fails its header check, and the hub writes config.json over the user's)."""
+    mine = tmp_path / "my-project"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": true}')
+    (mine / "notes.safetensors").write_bytes(b"not a safetensors file")
+    before = {p.name: p.read_bytes() for p in mine.iterdir()}
+    with pytest.raises(ModelError, match="not empty .*config.json, notes.safetensors.*new or empty folder"):
+        DownloadJob(REPO, "hf", mine).start()
+    assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
+    with pytest.raises(ModelError, match="is a file"):
+        DownloadJob(REPO, "hf", mine / "config.json").start()
+
+
+def test_a_download_folder_resumes_only_its_own_model(tmp_path):
+    from engine.models.download import TARGET_MARK, claim_target
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    claim_target(empty, REPO, "hf")  # an empty folder is taken, and marked before any transfer
+    claim_target(empty, REPO, "modelscope")  # the same model from the other hub resumes there
+    assert '"modelscope"' in (empty / TARGET_MARK).read_text()
+    (empty / "config.json").write_text("{}")
+    claim_target(empty, REPO, "hf")  # its own files do not make it foreign
+    with pytest.raises(ModelError, match="holds a download of 'acme/tiny', not 'acme/other'"):
+        claim_target(empty, "acme/other", "hf")
+    legacy = tmp_path / "legacy"  # a folder an earlier version downloaded into carries the hub's own cache
+    (legacy / ".cache" / "huggingface").mkdir(parents=True)
+    (legacy / "config.json").write_text("{}")
+    claim_target(legacy, REPO, "hf")
+    assert (legacy / TARGET_MARK).is_file()
