@@ -40,6 +40,32 @@ def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -
         raise
 
 
+def copy_file_new(source: str | Path, target: str | Path) -> None:
+    """Copy `source` to `target`, which must not exist: through a temp file in target's folder, then a hard link,
+    so a reader (or a second copy racing this one) sees no file or the whole file, and an existing file is never
+    replaced (FileExistsError). Where the file system has no hard links, os.replace after a last check."""
+    import shutil
+
+    target = Path(target)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.close(handle)
+        shutil.copyfile(source, temp_name)
+        apply_umask(temp_name)
+        with open(temp_name, "rb") as stream:
+            os.fsync(stream.fileno())
+        try:
+            os.link(temp_name, target)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here
+            if os.path.lexists(target):
+                raise FileExistsError(f"{target} exists") from None
+            os.replace(temp_name, target)
+    finally:
+        Path(temp_name).unlink(missing_ok=True)
+
+
 def current_umask() -> int:
     """The process umask (read by setting and restoring it; there is no read-only call)."""
     mask = os.umask(0o022)

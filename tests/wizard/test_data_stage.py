@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from assistant.wizard.stages import data
 from assistant.wizard.state import new_state
 
@@ -106,6 +108,70 @@ def test_the_projects_own_data_is_never_written_a_working_copy_is(workspace, mon
     assert {path.name: path.read_bytes() for path in shipped.iterdir()} == before
     assert any("lf_data" in note for note in outcome.notes)
     assert data.default_dir(str(shipped)) == "lf_data"  # the next session starts there
+
+
+def test_a_killed_working_copy_leaves_nothing_and_a_users_lf_data_is_refused(workspace, monkeypatch):
+    """The working copy is staged, then renamed: a copy killed half-way leaves no lf_data that would pass for
+    complete. A non-empty ./lf_data that is not a working copy is the user's: refused, untouched."""
+    import shutil
+
+    shipped = workspace / "shipped"
+    (workspace / "data").rename(shipped)
+    monkeypatch.setattr(data, "BUNDLED_DATA", shipped)
+    state = new_state().replace(datasets=["identity"], dataset_rows={"identity": 90}, dataset_dir=str(shipped))
+    real_copyfile = shutil.copyfile
+    copied: list[str] = []
+
+    def killed_after_two(src, dst, **kw):
+        if len(copied) == 2:
+            raise KeyboardInterrupt  # the process dies mid-copy
+        copied.append(src)
+        return real_copyfile(src, dst, **kw)
+
+    monkeypatch.setattr(shutil, "copyfile", killed_after_two)  # copytree's copy2 copies through it
+    with pytest.raises(KeyboardInterrupt):
+        data.fill_template(state, shipped, "identity", {"name": "Ada", "author": "Lab"}, "_custom")
+    monkeypatch.setattr(shutil, "copyfile", real_copyfile)
+    assert not (workspace / "lf_data").exists() and [p.name for p in workspace.iterdir() if
+                                                      p.name.startswith(".lf_data")] == []
+    mine = workspace / "lf_data"
+    mine.mkdir()
+    (mine / "identity.json").write_text("my own rows")
+    outcome = data.fill_template(state, shipped, "identity", {"name": "Ada", "author": "Lab"}, "_custom")
+    assert not outcome.ok and "lf_data is not empty" in outcome.problems[0]
+    assert [p.name for p in mine.iterdir()] == ["identity.json"]
+    assert (mine / "identity.json").read_text() == "my own rows"
+    (mine / "identity.json").unlink()  # an empty folder is taken
+    assert data.fill_template(state, shipped, "identity", {"name": "Ada", "author": "Lab"}, "_custom").ok
+    assert (mine / "dataset_info.json").is_file()
+
+
+def test_a_brought_in_file_is_copied_whole_and_never_over_another(workspace, monkeypatch):
+    import shutil
+
+    source = workspace / "mine.jsonl"
+    source.write_text("\n".join(json.dumps({"instruction": f"q{i}", "output": f"a{i}"}) for i in range(3)) + "\n")
+    folder = workspace / "data"
+    real = shutil.copyfile
+
+    def cut_short(src, dst, **kw):
+        real(src, dst, **kw)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", cut_short)
+    refused = data.bring_in(folder, source, "mine", convert=False)
+    assert refused[0] is None and "No space left" in refused[1][0]
+    assert not [p for p in folder.iterdir() if "mine" in p.name]  # no half copy, no temp file left
+    monkeypatch.setattr(shutil, "copyfile", real)
+    record, problems = data.bring_in(folder, source, "mine", convert=False)
+    assert problems == [] and (folder / "mine.jsonl").read_bytes() == source.read_bytes()
+    from engine.jsonio import copy_file_new
+
+    other = workspace / "other.jsonl"
+    other.write_text("other")
+    with pytest.raises(FileExistsError):
+        copy_file_new(other, folder / "mine.jsonl")
+    assert (folder / "mine.jsonl").read_bytes() == source.read_bytes()
 
 
 def test_kto_and_text_files_are_checked_and_registered_for_their_stage(workspace):

@@ -16,7 +16,9 @@ dataset folder.
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,8 +81,25 @@ def writable_dir(dataset_dir: Path) -> tuple[Path, str | None]:
         return dataset_dir, None
     copy = Path(WORKING_COPY).resolve()
     if not (copy / "dataset_info.json").is_file():
-        shutil.copytree(dataset_dir, copy, dirs_exist_ok=True, ignore=shutil.ignore_patterns("README*"))
+        _make_working_copy(dataset_dir, copy)
     return copy, t("data.working_copy", folder=WORKING_COPY, source=str(dataset_dir))
+
+
+def _make_working_copy(source: Path, copy: Path) -> None:
+    """Copy `source` into a staging folder beside `copy`, then rename it into place: a killed copy leaves no
+    half folder that would later pass for the working copy. A folder of that name that is not empty is the user's
+    and is refused, never written into."""
+    from engine.errors import ConfigError
+
+    if copy.exists() and (not copy.is_dir() or any(copy.iterdir())):
+        raise ConfigError(t("data.working_copy_taken", folder=str(copy)))
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{copy.name}.", dir=copy.parent))
+    try:
+        shutil.copytree(source, staging / "data", ignore=shutil.ignore_patterns("README*"))
+        os.replace(staging / "data", copy)  # POSIX: onto a missing or empty folder
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def find_dir(text: str) -> Outcome:
@@ -103,6 +122,7 @@ def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bo
     from engine.data.kinds import dataset_kind
     from engine.data.registry import dataset_file_path, load_dataset_info
     from engine.errors import EngineError
+    from engine.jsonio import copy_file_new
 
     kind = "pairs" if ranking else kind
     rows = []
@@ -223,15 +243,15 @@ def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict
     from engine.data.registry import dataset_file_path, get_dataset_spec, load_dataset_info, register_dataset
     from engine.errors import EngineError
 
-    dataset_dir, moved = writable_dir(dataset_dir)
     try:
+        dataset_dir, moved = writable_dir(dataset_dir)
         spec = get_dataset_spec(name, dataset_dir)
         source = dataset_file_path(spec, dataset_dir)
         new_name, target = _free_name(dataset_dir, source, f"{name}{suffix}", load_dataset_info(dataset_dir))
         fill_placeholders(source, values, target)
         entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir).as_posix())
         register_dataset(dataset_dir, new_name, entry)
-    except EngineError as exc:
+    except (EngineError, OSError) as exc:
         return refused(str(exc))
     datasets = [new_name if n == name else n for n in state.datasets]
     rows = {(new_name if k == name else k): v for k, v in state.dataset_rows.items()}
@@ -254,6 +274,7 @@ def check_custom(path_text: str, *, kind: str = "conversations",
     the file looks like, so each row without both answers is listed."""
     from engine.data import check_file
     from engine.errors import EngineError
+    from engine.jsonio import copy_file_new
 
     kind = "pairs" if ranking else kind
     path = Path(path_text.strip()).expanduser()
@@ -334,7 +355,12 @@ def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, c
             kind: str = "conversations", ranking: bool | None = None) -> Outcome:
     """Bring `source` into the dataset folder (see `bring_in`; the project's own data/ gets a working copy first)
     and record it in the state. The notes say what a conversion changed (rows left out, renamed fields)."""
-    folder, moved = writable_dir(dataset_dir)
+    from engine.errors import EngineError
+
+    try:
+        folder, moved = writable_dir(dataset_dir)
+    except (EngineError, OSError) as exc:
+        return refused(str(exc))
     record, problems = bring_in(folder, source, name, convert=convert, kind="pairs" if ranking else kind)
     if record is None:
         return refused(*problems)
@@ -351,6 +377,7 @@ def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind:
     from engine.data import convert_file
     from engine.data.registry import register_dataset
     from engine.errors import EngineError
+    from engine.jsonio import copy_file_new
 
     kind = "pairs" if ranking else kind
     name = (name or "").strip()
@@ -366,14 +393,16 @@ def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind:
         if convert:
             notes = [note for note in convert_file(source, target).notes if not note.startswith("wrote ")]
         elif target.resolve() != source.resolve():
-            shutil.copyfile(source, target)
+            copy_file_new(source, target)  # whole or absent, even when killed; never over another file
         entry, problems = _entry_for(target, kind)
         if problems:
             if target.resolve() != source.resolve():
                 target.unlink(missing_ok=True)  # a copy that cannot be registered is not left behind
             return None, problems
         register_dataset(dataset_dir, name, dict(entry, file_name=target.name))
-    except EngineError as exc:
+    except FileExistsError:
+        return None, [t("data.target_exists", path=str(target))]
+    except (EngineError, OSError) as exc:
         return None, [str(exc)]
     return {"source": str(source), "name": name, "file": str(target), "converted": convert, "notes": notes}, []
 
