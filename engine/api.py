@@ -128,11 +128,13 @@ def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -
         raise ConfigError("The config has problems:\n- " + "\n- ".join(problems))
     run, created = _run_folder(config, runs_dir, run_id, run_dir)
     locks: list[Lock] = []
+    made_output = False
     try:
         locks.append(acquire(run.path, run_id=run.run_id, what="run folder"))
         if load_status_file(run.status_path).state != RunState.PENDING:
             raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
         resolved = _resolve_paths(config, run)
+        made_output = not Path(resolved.output_dir).exists()
         locks.append(acquire(resolved.output_dir, run_id=run.run_id, what="output_dir"))
         # Only checked here: the folder is claimed (and an earlier run's results removed) as training starts
         problem = output_dir_problem(resolved.output_dir, run.run_id, overwrite=resolved.overwrite_output_dir,
@@ -151,6 +153,8 @@ def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -
             lock.release()
         if created:
             _remove_if_only_lock(run.path)
+        if made_output:  # a refused run leaves no empty output_dir behind
+            _remove_if_only_lock(Path(resolved.output_dir))
         raise
     return resolved, run, locks
 

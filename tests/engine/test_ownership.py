@@ -14,7 +14,7 @@ import pytest
 
 import engine
 from engine.errors import EngineError
-from engine.ownership import FolderInUse, acquire, is_held
+from engine.ownership import LOCK_NAME, FolderInUse, acquire, is_held
 from engine.rundir import RunDir, find_complete_checkpoints
 
 REPO = Path(__file__).resolve().parents[2]
@@ -335,3 +335,22 @@ def test_force_stop_signals_the_verified_trainer(demo_model_dir, tmp_path):
     engine.stop("forced", runs_dir=tmp_path / "runs", force=True)
     assert handle.process.wait(timeout=120) is not None
     assert handle.status().state in ("stopped", "failed") and handle.status().step < 400
+
+
+def test_a_run_refused_before_training_leaves_no_folders(demo_model_dir, tmp_path, monkeypatch):
+    """The pre-flight refuses after the locks are taken: neither the run folder nor the new output_dir stays."""
+    import engine.preflight
+    from engine.api import prepare_run
+
+    def refuse(*args, **kwargs):
+        raise EngineError("not enough disk for the checkpoints")
+
+    monkeypatch.setattr(engine.preflight, "check_before_training", refuse)
+    out = tmp_path / "saves" / "new"
+    with pytest.raises(EngineError, match="not enough disk"):
+        prepare_run(config(demo_model_dir, out), runs_dir=tmp_path / "runs", run_id="refused")
+    assert not out.exists() and not (tmp_path / "runs" / "refused").exists()
+    out.mkdir()  # a folder that was there before stays, with at most our (hidden) lock file in it
+    with pytest.raises(EngineError, match="not enough disk"):
+        prepare_run(config(demo_model_dir, out), runs_dir=tmp_path / "runs", run_id="refused")
+    assert out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK_NAME}
