@@ -8,8 +8,11 @@ section is refused rather than run twice.
 DeepSpeed averages gradients over the ranks, so the loss denominator is the global token count divided by the
 world size: the gradient is again the single-process gradient of the whole step.
 
+Resuming never unpickles code: DeepSpeed's checkpoint engine loads with ``weights_only=False``; ours admits
+tensors, plain values and the few DeepSpeed classes its checkpoints hold (``guard_checkpoint_loads``).
+
 Not exercised on this project's CPU machines (DeepSpeed needs CUDA and is not installed there): the config
-filling and the errors are tested, the engine path only on GPU machines.
+filling, the checkpoint loader and the errors are tested, the engine path only on GPU machines.
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ def _check(ds: dict, config, world_size: int, hidden_size: int | None) -> None:
                         "remove the section")
     if (ds.get("fp16") or {}).get("enabled") is True:
         problems.append("fp16 is not supported with DeepSpeed here (two loss scalers): use bf16")
+    checkpoint = ds.get("checkpoint")
+    if isinstance(checkpoint, dict) and checkpoint.get("load_universal"):
+        problems.append("checkpoint.load_universal is set: DeepSpeed reads universal checkpoints by unpickling "
+                        "them (running any code they name), so it is not used here; resume from this run's own "
+                        "checkpoints, or remove the key")
     if problems:
         raise ConfigError("deepspeed config: " + "; ".join(problems) + ".")
 
@@ -139,6 +147,7 @@ class DeepSpeedStrategy(DataParallelBase):
     def wrap_optimizer(self, optimizer):
         self.engine, ds_optimizer, _, _ = self.deepspeed.initialize(model=self.model, optimizer=optimizer,
                                                                     config=self.ds_config)
+        guard_checkpoint_loads(self.engine)
         return _EngineOptimizer(self.engine, ds_optimizer)
 
     def loss_denominator(self, step_tokens: int) -> float:
@@ -199,6 +208,59 @@ class DeepSpeedStrategy(DataParallelBase):
 
 STAGING = ".deepspeed-staging"
 
+CHECKPOINT_CLASSES = (
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+)
+"""The classes DeepSpeed's own ZeRO checkpoints pickle beside tensors, plain containers, torch.Size and dtypes (the
+optimizer's loss scaler, the ZeRO stage, the fp32 partitions' slice map). Nothing else is admitted."""
+
+
+def checkpoint_classes(names=CHECKPOINT_CLASSES) -> list[type]:
+    """Those of `names` the installed DeepSpeed defines (a class that moved in another version is simply absent:
+    a checkpoint that holds it is then refused, not loaded by running code)."""
+    import importlib
+
+    found = []
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        try:
+            found.append(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError):
+            continue
+    return found
+
+
+def safe_checkpoint_load(path, map_location=None, *, classes: list[type]):
+    """torch.load of one DeepSpeed checkpoint file with weights_only=True and `classes` admitted: DeepSpeed's own
+    TorchCheckpointEngine loads with weights_only=False, which runs whatever code the file names."""
+    import pickle
+
+    from engine.errors import EngineError
+
+    try:
+        with torch.serialization.safe_globals(classes):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        named = [line.strip() for line in str(exc).splitlines() if "Unsupported global" in line][:1]
+        what = f" ({named[0][:200]})" if named else ""
+        raise EngineError(f"{path} holds objects that can only be loaded by running code from the file{what}; "
+                          "a DeepSpeed checkpoint holds tensors, plain values and a few DeepSpeed classes only. "
+                          "lf-assistant does not load it: resume from an earlier complete checkpoint "
+                          "(`lf-assistant resume-train RUN_ID --checkpoint N`), or start a new run from the "
+                          "checkpoint's weights.") from None
+
+
+def guard_checkpoint_loads(ds_engine, classes: list[type] | None = None) -> None:
+    """Make every file DeepSpeed's `load_checkpoint` reads (model states, ZeRO optimizer shards) go through
+    `safe_checkpoint_load`: its checkpoint engine's `load` is the one call they all pass."""
+    admitted = checkpoint_classes() if classes is None else classes
+    checkpoint_engine = ds_engine.checkpoint_engine
+    checkpoint_engine.load = lambda path, map_location=None: safe_checkpoint_load(path, map_location,
+                                                                                  classes=admitted)
+
 
 class _ShardMarker:
     """optimizer.pt of a DeepSpeed checkpoint: only where the real (sharded) state lives."""
@@ -218,6 +280,7 @@ class _ShardLoader:
 
         config = self.strategy.train_config
         folder = resolve_resume(config.resume_from_checkpoint, Path(config.output_dir))
+        guard_checkpoint_loads(self.strategy.engine)  # again: DeepSpeed may have made a new checkpoint engine
         self.strategy.engine.load_checkpoint(str(folder / marker["deepspeed"]), tag=marker["tag"],
                                              load_lr_scheduler_states=False, load_module_strict=False)
 

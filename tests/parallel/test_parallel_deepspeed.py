@@ -85,3 +85,114 @@ def test_the_schedule_drives_the_engine_optimizer():
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     assert calls == ["step", "zero"] and inner.param_groups[0]["lr"] == pytest.approx(0.9)
+
+
+def _stand_in_deepspeed(monkeypatch) -> dict:
+    """Classes under the names DeepSpeed's checkpoints pickle (DeepSpeed itself is not installed here)."""
+    import dataclasses
+    import enum
+    import sys
+
+    for name in ("deepspeed", "deepspeed.runtime", "deepspeed.runtime.fp16", "deepspeed.runtime.fp16.loss_scaler",
+                 "deepspeed.runtime.zero", "deepspeed.runtime.zero.config", "deepspeed.utils",
+                 "deepspeed.utils.tensor_fragment"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+
+    class DynamicLossScaler:
+        def __init__(self):
+            self.cur_scale, self.cur_iter, self.dynamic, self.dtype = 65536.0, 7, True, torch.float16
+
+    class ZeroStageEnum(enum.IntEnum):
+        optimizer_states = 1
+        gradients = 2
+
+    @dataclasses.dataclass
+    class fragment_address:  # noqa: N801 - DeepSpeed's name
+        numel: int
+        start: int
+
+    made = {}
+    for cls, module in ((DynamicLossScaler, "deepspeed.runtime.fp16.loss_scaler"),
+                        (ZeroStageEnum, "deepspeed.runtime.zero.config"),
+                        (fragment_address, "deepspeed.utils.tensor_fragment")):
+        cls.__module__, cls.__qualname__ = module, cls.__name__
+        setattr(sys.modules[module], cls.__name__, cls)
+        made[cls.__name__] = cls
+    return made
+
+
+class _Engine:
+    """What load_checkpoint does with the files, as DeepSpeed's engine does it: through its checkpoint engine."""
+
+    class _TorchCheckpointEngine:
+        def load(self, path, map_location=None):
+            return torch.load(path, map_location=map_location, weights_only=False)
+
+    def __init__(self):
+        self.checkpoint_engine = self._TorchCheckpointEngine()
+
+    def load_checkpoint(self, path):
+        return self.checkpoint_engine.load(path, map_location=lambda storage, loc: storage)
+
+
+@pytest.mark.parametrize("zipfile", [True, False])  # DeepSpeed saves the legacy format unless configured
+def test_a_deepspeed_checkpoint_loads_without_running_code(zipfile, monkeypatch, tmp_path):
+    from collections import OrderedDict
+
+    from engine.parallel.deepspeed import checkpoint_classes, guard_checkpoint_loads
+
+    ds = _stand_in_deepspeed(monkeypatch)
+    admitted = checkpoint_classes()
+    assert {c.__name__ for c in admitted} == {"DynamicLossScaler", "ZeroStageEnum", "fragment_address"}
+    shards = {"optimizer_state_dict": {
+        "zero_stage": ds["ZeroStageEnum"].gradients, "loss_scaler": ds["DynamicLossScaler"](),
+        "dynamic_loss_scale": True, "overflow": False, "partition_count": [2], "ds_version": "0.18.0",
+        "base_optimizer_state": {"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": [{"lr": 1e-4}]},
+        "single_partition_of_fp32_groups": [torch.arange(3.0)],
+        "param_slice_mappings": [OrderedDict(w=ds["fragment_address"](numel=4, start=0))]},
+        "param_shapes": [OrderedDict(w=torch.Size([2, 2]))], "sparse_tensor_module_names": set(),
+        "ds_config": {"zero_optimization": {"stage": 2}}}
+    path = tmp_path / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    torch.save(shards, path, _use_new_zipfile_serialization=zipfile)
+    engine = _Engine()
+    guard_checkpoint_loads(engine, admitted)
+    loaded = engine.load_checkpoint(str(path))["optimizer_state_dict"]
+    assert loaded["zero_stage"] is ds["ZeroStageEnum"].gradients
+    assert loaded["loss_scaler"].cur_scale == 65536.0 and loaded["loss_scaler"].dtype == torch.float16
+    assert loaded["param_slice_mappings"][0]["w"] == ds["fragment_address"](4, 0)
+    assert torch.equal(loaded["base_optimizer_state"]["state"][0]["exp_avg"], torch.ones(3))
+
+
+@pytest.mark.parametrize("zipfile", [True, False])
+def test_a_deepspeed_checkpoint_that_names_code_is_refused_and_nothing_runs(zipfile, monkeypatch, tmp_path):
+    import os
+
+    from engine.errors import EngineError
+    from engine.parallel.deepspeed import checkpoint_classes, guard_checkpoint_loads
+
+    _stand_in_deepspeed(monkeypatch)
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    path = tmp_path / "mp_rank_00_model_states.pt"
+    torch.save({"module": {"w": torch.zeros(2)}, "lr_scheduler": Payload()}, path,
+               _use_new_zipfile_serialization=zipfile)
+    plain = _Engine()
+    plain.load_checkpoint(str(path))  # what DeepSpeed's own loader does with it
+    assert marker.exists()
+    marker.unlink()
+    engine = _Engine()
+    guard_checkpoint_loads(engine, checkpoint_classes())
+    with pytest.raises(EngineError, match="mp_rank_00_model_states.pt holds objects that can only be loaded by "
+                                          "running code.*earlier complete checkpoint"):
+        engine.load_checkpoint(str(path))
+    assert not marker.exists()
+
+
+def test_universal_checkpoint_loading_is_refused():
+    with pytest.raises(ConfigError, match="checkpoint.load_universal"):
+        fill_auto_values({**LF_Z3, "checkpoint": {"load_universal": True}}, train_config(), world_size=2,
+                         hidden_size=64)
