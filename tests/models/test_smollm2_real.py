@@ -63,7 +63,7 @@ def test_import_tune_merge_gguf_and_reload_give_the_same_answer(tmp_path, capsys
         "learning_rate": 1e-3, "num_train_epochs": 3, "logging_steps": 4, "save_steps": 1000, "seed": 42,
         "output_dir": str(tmp_path / "lora")})
     handle = engine.train(config, runs_dir=tmp_path / "runs")
-    assert handle.status()["state"] == "completed", handle.status()
+    assert handle.status().state == "completed", handle.status()
     losses = [m["loss"] for m in handle.metrics() if "loss" in m]
     assert losses[-1] < 0.5 * losses[0], losses
     timings["LoRA"] = time.monotonic() - start
