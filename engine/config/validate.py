@@ -25,7 +25,10 @@ def _relation_problems(c: TrainConfig) -> list[str]:
     problems = []
     if c.max_steps <= 0 and not c.num_train_epochs > 0:
         problems.append("Set max_steps > 0 or num_train_epochs > 0: otherwise nothing would be trained.")
-    if c.val_size >= 1 and not float(c.val_size).is_integer():
+    if c.val_size == 1:
+        problems.append("val_size 1 is read as the share 1.0, i.e. every row held out (LLaMA-Factory refuses it "
+                        "too): give a share below 1 (e.g. 0.1) or a count of 2 or more rows.")
+    elif c.val_size >= 1 and not float(c.val_size).is_integer():
         problems.append(f"val_size {short_repr(c.val_size)}: a value of 1 or more is a row count and must be whole "
                         "(a share is below 1, e.g. 0.1).")
     if c.val_size > 0 and c.eval_dataset:

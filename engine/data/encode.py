@@ -13,6 +13,7 @@ no trained token are dropped and counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from engine.errors import DataError
 
@@ -28,6 +29,25 @@ class EncodedSamples(list):
         """Sources ("dataset:row") of rows dropped because no answer token survived truncation."""
         self.truncated: int = truncated
         """How many kept rows were cut to cutoff_len."""
+        self.chunks: list[range] | None = None
+        """The sample ranges of each preprocessing batch of rows, when encoded by ``encode_in_chunks``."""
+
+
+def encode_in_chunks(encode: Callable[[list[dict]], EncodedSamples], examples: list[dict],
+                     chunks: list[range]) -> EncodedSamples:
+    """``encode`` run on each chunk of rows (engine.data.chunks: LLaMA-Factory's preprocessing batches); the result
+    carries ``.chunks``, the sample ranges each batch of rows gave (rows dropped in encoding leave their batch
+    shorter, as in LLaMA-Factory, rather than moving the boundaries)."""
+    samples, dropped, truncated, ranges = [], [], 0, []
+    for chunk in chunks:
+        part = encode([examples[i] for i in chunk])
+        ranges.append(range(len(samples), len(samples) + len(part)))
+        samples += part
+        dropped += part.dropped
+        truncated += part.truncated
+    result = EncodedSamples(samples, dropped=dropped, truncated=truncated)
+    result.chunks = ranges
+    return result
 
 
 @dataclass

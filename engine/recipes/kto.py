@@ -28,8 +28,7 @@ def setup(session: Session) -> Task:
     config, logger = session.config, session.logger
 
     # 1. Data: labelled answers, each with a mismatched answer for the KL baseline.
-    def encode(names: str) -> list[dict]:
-        examples = session.load_examples(names, ranking=False)
+    def encode(examples: list[dict]) -> list[dict]:
         chunks = preprocessing_chunks(len(examples), config.preprocessing_batch_size, config.preprocessing_num_workers)
         encoded = encode_feedback(examples, session.tokenizer, session.template, config.cutoff_len, chunks)
         if encoded.dropped:
@@ -45,7 +44,7 @@ def setup(session: Session) -> Task:
         return f"{desirable} desirable"
 
     train_examples, eval_examples = session.train_and_eval(
-        encode, unit="examples", before_split=both_kinds,
+        lambda names: session.load_examples(names, ranking=False), encode, unit="examples", before_split=both_kinds,
         empty="No KTO example has a trained token after encoding: raise cutoff_len.")
 
     # 2. The policy and its reference.

@@ -26,21 +26,24 @@ def setup(session: Session) -> Task:
     config = session.config
 
     # 1. Data: raw text, tokenized and cut into rows; labels are the inputs themselves.
-    def encode(names: str) -> list[dict]:
-        texts = session.load_texts(names)
+    calls: list[int] = []  # the first call encodes the train texts: those must give a row
+
+    def encode(texts: list[str]) -> list[dict]:
         chunks = preprocessing_chunks(len(texts), config.preprocessing_batch_size, config.preprocessing_num_workers)
         rows = chunked_text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
                                  eos=eos_text(session), control_tokens_in_text=config.allow_special_tokens_in_text,
                                  chunks=chunks)
-        if not rows and names == config.dataset:
+        if not rows and not calls:
             total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
             raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} "
                             f"tokens in all, packed per {config.preprocessing_batch_size} texts as LLaMA-Factory "
                             "does, each batch's leftover dropped): lower cutoff_len, add text, raise "
                             "preprocessing_batch_size, or set packing: false.")
+        calls.append(len(rows))
         return [{"input_ids": ids, "labels": list(ids)} for ids in rows]
 
-    train_samples, eval_samples = session.train_and_eval(encode, unit=f"rows of up to {config.cutoff_len} tokens",
+    train_samples, eval_samples = session.train_and_eval(session.load_texts, encode,
+                                                         unit=f"rows of up to {config.cutoff_len} tokens",
                                                          empty="The text gives no row to train on.")
 
     # 2. The model; 3. the loss: summed next-token cross-entropy, units are trained tokens.

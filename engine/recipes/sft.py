@@ -19,6 +19,8 @@ from engine.training.task import LossOut, Task
 
 def setup(session: Session) -> Task:
     from engine.data import SFTCollator, encode_supervised
+    from engine.data.chunks import preprocessing_chunks
+    from engine.data.encode import encode_in_chunks
 
     config = session.config
 
@@ -27,19 +29,24 @@ def setup(session: Session) -> Task:
     # LLaMA-Factory's packing encodes to cutoff_len - 1 and fills rows up to that (engine.training.batching).
     cutoff_len = config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
 
-    loaded: dict[str, list[dict]] = {}
+    def encode(examples: list[dict]) -> list[dict]:
+        def encode_rows(rows: list[dict]):
+            return encode_supervised(rows, session.tokenizer, session.template, cutoff_len,
+                                     train_on_prompt=config.train_on_prompt, mask_history=config.mask_history)
 
-    def encode(names: str) -> list[dict]:
-        loaded[names] = session.load_examples(names)
-        return encode_supervised(loaded[names], session.tokenizer, session.template, cutoff_len,
-                                 train_on_prompt=config.train_on_prompt, mask_history=config.mask_history)
+        if not config.packing_enabled:
+            samples = encode_rows(examples)
+        else:  # LLaMA-Factory packs each preprocessing batch of rows on its own, whatever encoding dropped
+            samples = encode_in_chunks(encode_rows, examples, preprocessing_chunks(
+                len(examples), config.preprocessing_batch_size, config.preprocessing_num_workers))
+        if samples.dropped:
+            session.logger.note(f"{len(samples.dropped)} row(s) dropped: no answer token fits in cutoff_len "
+                                f"{config.cutoff_len} (first: {samples.dropped[0]}).")
+        return samples
 
-    def record_held_out(samples: list[dict]) -> None:
-        if not config.eval_dataset:
-            session.record_held_out(loaded[config.dataset], samples)
-
+    held_out = None if config.eval_dataset else session.record_held_out
     train_samples, eval_samples = session.train_and_eval(
-        encode, before_split=record_held_out,
+        session.load_examples, encode, held_out=held_out,
         empty="No sample has a trained token after encoding: check cutoff_len and the data's answers.")
 
     # 2. The model with the method applied.

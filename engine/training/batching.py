@@ -175,8 +175,10 @@ def build_batcher(config, samples: list[dict], collate, pad_token_id: int | None
             raise ConfigError("packing needs the tokenizer's pad token id.")
         from engine.data.chunks import preprocessing_chunks
 
-        # LLaMA-Factory encodes packed samples to cutoff_len - 1 and fills rows up to that.
-        chunks = preprocessing_chunks(len(samples), config.preprocessing_batch_size, config.preprocessing_num_workers)
+        # LLaMA-Factory encodes packed samples to cutoff_len - 1 and fills rows up to that, per preprocessing batch
+        # of rows (the recipe's encode_in_chunks; samples read back from tokenized_path are cut by count).
+        chunks = getattr(samples, "chunks", None) or preprocessing_chunks(
+            len(samples), config.preprocessing_batch_size, config.preprocessing_num_workers)
         return LFPackedBatcher(samples, pad_token_id, config.per_device_train_batch_size,
                                config.gradient_accumulation_steps, config.seed, capacity=config.cutoff_len - 1,
                                neat=config.neat_packing, chunks=chunks)

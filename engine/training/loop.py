@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import random
 import time
 from datetime import datetime
 from typing import Callable
 
 import torch
 
+from engine.errors import DataError
 from engine.rundir import RunDir
 
 
@@ -29,16 +29,27 @@ def batches_for_epoch(num_samples: int, batch_size: int, grad_accum: int, *, see
     return [micro[i:i + grad_accum] for i in range(0, len(micro), grad_accum)]
 
 
-def split_validation(samples: list, val_size: float, seed: int) -> tuple[list, list]:
-    """Hold out ``val_size`` (a share below 1, or a count) of the samples, chosen with the seed."""
+def holdout_indices(count: int, val_size: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) row indices as LLaMA-Factory's val_size picks them, by datasets'
+    ``train_test_split(test_size, seed)``: a share (below 1) holds out ceil(share x count) rows, a count that many;
+    which ones comes from numpy's ``default_rng(seed).permutation``, and the train rows keep the permutation's order
+    (what LLaMA-Factory then preprocesses in batches). DataError when no row would be left to train."""
     if not val_size:
-        return samples, []
-    count = int(val_size) if val_size >= 1 else max(1, round(len(samples) * val_size))
-    count = min(count, len(samples) - 1)
-    order = list(range(len(samples)))
-    random.Random(seed).shuffle(order)
-    held = set(order[:count])
-    return [s for i, s in enumerate(samples) if i not in held], [samples[i] for i in sorted(held)]
+        return list(range(count)), []
+    held = int(val_size) if val_size > 1 else math.ceil(val_size * count)
+    if held >= count:
+        raise DataError(f"val_size {val_size:g} holds out {held} of the {count} rows, leaving none to train on: "
+                        "give a share below 1 (e.g. 0.1) or a smaller count.")
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(count).tolist()
+    return order[held:], order[:held]
+
+
+def split_validation(items: list, val_size: float, seed: int) -> tuple[list, list]:
+    """``items`` split by ``holdout_indices``: (train, held out)."""
+    train, held = holdout_indices(len(items), val_size, seed)
+    return [items[i] for i in train], [items[i] for i in held]
 
 
 class StopFlag:

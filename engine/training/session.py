@@ -66,23 +66,31 @@ class Session:
 
         return data_options(self.config)
 
-    def train_and_eval(self, encode: Callable[[str], list], *, empty: str, unit: str = "samples",
-                       before_split: Callable[[list], str | None] | None = None) -> tuple[list, list]:
-        """Every recipe's data step: ``encode(config.dataset)``, split by val_size (or ``encode(eval_dataset)`` as
-        the eval set), logged, and read from / saved to tokenized_path (see ``tokenized``). DataError(``empty``)
-        when nothing is left; ``before_split(items)`` may check the items and return words for the log line."""
+    def train_and_eval(self, load: Callable[[str], list], encode: Callable[[list], list], *, empty: str,
+                       unit: str = "samples", before_split: Callable[[list], str | None] | None = None,
+                       held_out: Callable[[list], None] | None = None) -> tuple[list, list]:
+        """Every recipe's data step, in LLaMA-Factory's order: ``load(config.dataset)`` reads the rows, val_size holds
+        some out (``holdout_indices``: the very rows LLaMA-Factory holds out), then ``encode`` turns the train rows
+        and the held-out rows (or ``load(eval_dataset)``) into samples; logged, and read from / saved to
+        tokenized_path (see ``tokenized``). DataError(``empty``) when no train sample is left; ``before_split``
+        may check the train samples and return words for the log line; ``held_out`` gets the held-out rows."""
         config = self.config
 
         def build() -> tuple[list, list]:
-            items = encode(config.dataset)
-            if not items:
+            rows = load(config.dataset)
+            train_rows, eval_rows = split_validation(rows, config.val_size, config.seed)
+            train = encode(train_rows)
+            if not train:
                 raise DataError(empty)
-            detail = before_split(items) if before_split else None
-            train, evaluation = split_validation(items, config.val_size, config.seed)
+            detail = before_split(train) if before_split else None
+            if held_out is not None and eval_rows:
+                held_out(eval_rows)
+            evaluation = encode(eval_rows) if eval_rows else []
             if config.eval_dataset:
-                evaluation = encode(config.eval_dataset)
-            self.logger.info(f"data: {len(items)} {unit}{f' ({detail})' if detail else ''} -> {len(train)} train / "
-                             f"{len(evaluation)} eval")
+                evaluation = encode(load(config.eval_dataset))
+            held = f" ({len(eval_rows)} held out)" if eval_rows else ""
+            self.logger.info(f"data: {len(rows)} rows{held} -> {len(train)} train / {len(evaluation)} eval {unit}"
+                             f"{f' ({detail})' if detail else ''}")
             return train, evaluation
 
         return self.tokenized(build)
@@ -145,14 +153,13 @@ class Session:
         self.fetch_hub_datasets(names)
         return load_texts(names, self.dataset_dir(), **self.data_options())
 
-    def preference_pairs(self, names: str) -> list[dict]:
+    def preference_pairs(self, examples: list[dict]) -> list[dict]:
         """Encoded pairs with a trained token on both answers; dropped and identical pairs are reported."""
         from engine.data import encode_preference
         from engine.training.preference import has_trained_tokens
 
         config, logger = self.config, self.logger
-        encoded = encode_preference(self.load_examples(names, ranking=True), self.tokenizer, self.template,
-                                    config.cutoff_len)
+        encoded = encode_preference(examples, self.tokenizer, self.template, config.cutoff_len)
         if encoded.dropped:
             logger.note(f"{len(encoded.dropped)} pair(s) dropped: no answer token fits in cutoff_len "
                         f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
@@ -165,23 +172,17 @@ class Session:
                         "teach nothing; fix those rows or raise cutoff_len.")
         return [pair for pair in encoded if has_trained_tokens(pair)]
 
-    def record_held_out(self, examples: list[dict], samples) -> None:
-        """Write the examples split_validation held out of ``samples`` (encoded from ``examples``) into the run
-        folder as heldout.jsonl: {messages, system, source} per row, the reference answer last. The split depends
-        only on the count and the seed, so the same call on indices finds them; rows dropped in encoding are
-        matched by their source. Nothing is written when val_size is 0 or the rows cannot be matched."""
-        from engine.jsonio import write_text_atomic
-        from engine.training.loop import split_validation
+    def load_pairs(self, names: str) -> list[dict]:
+        return self.load_examples(names, ranking=True)
 
-        if not self.config.val_size or not self.logger.enabled:
+    def record_held_out(self, examples: list[dict]) -> None:
+        """Write the conversations val_size held out into the run folder as heldout.jsonl: {messages, system, source}
+        per row, the reference answer last (validation asks the tuned model these)."""
+        from engine.jsonio import write_text_atomic
+
+        if not self.logger.enabled:
             return
-        dropped = set(getattr(samples, "dropped", []))
-        kept = [example for example in examples if example.get("source") not in dropped]
-        if len(kept) != len(samples):
-            return  # repeated sources (num_samples draws rows twice): which row was held out is ambiguous
-        _train, held = split_validation(list(range(len(samples))), self.config.val_size, self.config.seed)
-        rows = [{"messages": kept[i]["messages"], "system": kept[i].get("system"), "source": kept[i].get("source")}
-                for i in held]
+        rows = [{"messages": e["messages"], "system": e.get("system"), "source": e.get("source")} for e in examples]
         write_text_atomic(self.run.held_out_path, "".join(json.dumps(row, ensure_ascii=False) + "\n"
                                                                    for row in rows))
 

@@ -114,7 +114,7 @@ def test_identical_answers_are_reported_and_eval_pairs_are_scored(demo_model_dir
     assert any("1 pair(s) have the same chosen and rejected answer" in note for note in status.notes)
     evals = [m for m in handle.metrics() if "eval_loss" in m]
     assert len(evals) == 1 and evals[0]["step"] == 2 and math.isfinite(evals[0]["eval_loss"])
-    assert "data: 6 pairs -> 4 train / 2 eval" in (handle.path / "train.log").read_text()
+    assert "data: 6 rows (2 held out) -> 4 train / 2 eval pairs" in (handle.path / "train.log").read_text()
 
 
 def test_sft_data_is_refused_before_anything_loads(tmp_path):

@@ -4,6 +4,8 @@ held-out pairs, reference answers passed through to the validation rows, and pla
 import json
 from pathlib import Path
 
+import pytest
+
 import engine
 from engine.inference.prompts import read_prompt_rows
 from engine.rundir import read_jsonl
@@ -19,14 +21,40 @@ def test_sft_records_exactly_the_rows_it_held_out(demo_model_dir, tmp_path):
     assert handle.status().state == "completed"
     held = read_jsonl(handle.run.held_out_path)
     assert len(held) == 5 and all(row["messages"][-1]["role"] == "assistant" for row in held)
-    # the same rows the engine's split holds out of the samples (nothing is dropped at cutoff 96)
+    # the rows LLaMA-Factory holds out: datasets' train_test_split of the loaded rows with the run's seed
+    import datasets
+
     from engine.data import load_examples
-    from engine.training.loop import split_validation
 
     examples = load_examples("identity", REPO / "data")
-    _train, expected = split_validation(examples, 5, 3)
-    assert [row["source"] for row in held] == [example["source"] for example in expected]
-    assert any("85 train / 5 eval" in line for line in handle.run.tail_log(40))
+    lf_test = datasets.Dataset.from_dict({"i": list(range(len(examples)))}).train_test_split(test_size=5, seed=3)
+    assert [row["source"] for row in held] == [examples[i]["source"] for i in lf_test["test"]["i"]]
+    assert any("90 rows (5 held out) -> 85 train / 5 eval" in line for line in handle.run.tail_log(40))
+
+
+@pytest.mark.parametrize("count, val_size, seed", [(90, 5, 3), (90, 0.05, 42), (7, 0.3, 0), (1000, 0.001, 7),
+                                                   (45, 0.1, 1234), (3, 2, 42)])
+def test_val_size_holds_out_the_rows_datasets_train_test_split_does(count, val_size, seed):
+    """LLaMA-Factory splits with datasets' train_test_split(test_size=val_size, seed=seed) before preprocessing:
+    the same rows, the same count (a share is rounded up: 90 x 0.05 = 4.5 holds out 5), the train rows in its
+    order (which decides the preprocessing batches)."""
+    import datasets
+
+    from engine.training.loop import holdout_indices
+
+    lf_val = int(val_size) if val_size > 1 else val_size
+    split = datasets.Dataset.from_dict({"i": list(range(count))}).train_test_split(test_size=lf_val, seed=seed)
+    assert holdout_indices(count, val_size, seed) == (split["train"]["i"], split["test"]["i"])
+
+
+def test_a_val_size_that_leaves_nothing_to_train_is_refused():
+    from engine.errors import DataError
+    from engine.training.loop import holdout_indices
+
+    with pytest.raises(DataError, match="val_size 10 holds out 10 of the 10 rows, leaving none"):
+        holdout_indices(10, 10, 42)
+    assert any("val_size 1 is read as the share 1.0" in problem
+               for problem in engine.validate(engine.load_config({"val_size": 1})))
 
 
 def test_reference_answers_are_read_and_shown_beside_the_answers(tmp_path):
