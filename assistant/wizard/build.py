@@ -223,9 +223,9 @@ def training_rows(state: WizardState, config: dict) -> int | None:
         return None
     cap = config.get("max_samples")
     rows = sum(min(c, cap) if cap else c for c in counts)
-    val = config.get("val_size") or 0
-    held_out = int(val) if val >= 1 else (max(1, round(rows * val)) if val else 0)
-    return max(0, rows - held_out)
+    from engine.data.chunks import holdout_count
+
+    return max(0, rows - holdout_count(rows, config.get("val_size") or 0))
 
 
 def total_steps(config: dict, rows: int | None, *, devices: int = 1) -> int | None:

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from engine.errors import DataError
+from engine.data.chunks import holdout_indices
 from engine.rundir import RunDir
 
 
@@ -27,23 +27,6 @@ def batches_for_epoch(num_samples: int, batch_size: int, grad_accum: int, *, see
     order = torch.randperm(num_samples, generator=generator).tolist()
     micro = [order[i:i + batch_size] for i in range(0, num_samples, batch_size)]
     return [micro[i:i + grad_accum] for i in range(0, len(micro), grad_accum)]
-
-
-def holdout_indices(count: int, val_size: float, seed: int) -> tuple[list[int], list[int]]:
-    """(train, held-out) row indices as LLaMA-Factory's val_size picks them, by datasets'
-    ``train_test_split(test_size, seed)``: a share (below 1) holds out ceil(share x count) rows, a count that many;
-    which ones comes from numpy's ``default_rng(seed).permutation``, and the train rows keep the permutation's order
-    (what LLaMA-Factory then preprocesses in batches). DataError when no row would be left to train."""
-    if not val_size:
-        return list(range(count)), []
-    held = int(val_size) if val_size > 1 else math.ceil(val_size * count)
-    if held >= count:
-        raise DataError(f"val_size {val_size:g} holds out {held} of the {count} rows, leaving none to train on: "
-                        "give a share below 1 (e.g. 0.1) or a smaller count.")
-    import numpy as np
-
-    order = np.random.default_rng(seed).permutation(count).tolist()
-    return order[held:], order[:held]
 
 
 def split_validation(items: list, val_size: float, seed: int) -> tuple[list, list]:

@@ -40,7 +40,7 @@ def test_val_size_holds_out_the_rows_datasets_train_test_split_does(count, val_s
     order (which decides the preprocessing batches)."""
     import datasets
 
-    from engine.training.loop import holdout_indices
+    from engine.data.chunks import holdout_indices
 
     lf_val = int(val_size) if val_size > 1 else val_size
     split = datasets.Dataset.from_dict({"i": list(range(count))}).train_test_split(test_size=lf_val, seed=seed)
@@ -49,7 +49,7 @@ def test_val_size_holds_out_the_rows_datasets_train_test_split_does(count, val_s
 
 def test_a_val_size_that_leaves_nothing_to_train_is_refused():
     from engine.errors import DataError
-    from engine.training.loop import holdout_indices
+    from engine.data.chunks import holdout_indices
 
     with pytest.raises(DataError, match="val_size 10 holds out 10 of the 10 rows, leaving none"):
         holdout_indices(10, 10, 42)

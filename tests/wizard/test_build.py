@@ -39,6 +39,8 @@ def test_config_starts_from_the_example_and_every_change_has_a_reason(ready, ski
     # total steps = ceil(rows / (batch x grad_accum x devices)) x epochs, rows capped by max_samples
     assert built.rows == 84
     assert built.total_steps == 21 * 4
+    # a share is held out as the engine holds it out: 90 x 0.05 = 4.5 rounds up to 5, as datasets' split counts
+    assert build.training_rows(ready, {"val_size": 0.05}) == 85
 
 
 def test_a_small_real_model_on_a_cpu_gets_the_measured_recipe_and_a_preflight_fit_is_applied(ready, skill):
