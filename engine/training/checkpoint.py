@@ -9,6 +9,7 @@ unpickling arbitrary objects (code) is refused, naming the file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import random
@@ -69,6 +70,49 @@ def safe_load(path: Path):
                           "the checkpoint's weights (adapter_name_or_path / model_name_or_path).") from None
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise _damaged(path, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def data_digests(samples: list[dict], groups: list) -> dict:
+    """What an exact resume needs unchanged, as digests: the train samples (token ids and labels, in order) and how
+    one epoch groups them into steps and micro-batches (batch size, accumulation, processes, packing, seed)."""
+    from array import array
+
+    data = hashlib.sha256()
+    for sample in samples:
+        for key in sorted(sample):
+            value = sample[key]
+            data.update(key.encode())
+            try:
+                data.update(array("q", value).tobytes())  # token ids and labels
+            except TypeError:
+                data.update(json.dumps(value, sort_keys=True, default=str).encode())
+    batches = hashlib.sha256(json.dumps(groups).encode())
+    return {"train_samples": len(samples), "data_digest": data.hexdigest()[:32],
+            "batches_digest": batches.hexdigest()[:32]}
+
+
+def resume_note(saved: dict, now: dict, total_steps: int, folder: Path) -> str | None:
+    """Refuse (ConfigError) to resume a checkpoint onto other train samples, or the same ones grouped otherwise:
+    its data position would then point at other batches. A changed step count only stretches the schedule: the
+    note says so. A checkpoint from before these digests were kept is resumed as it is."""
+    weights = f"start a new run from its weights (adapter_name_or_path or model_name_or_path: {folder})"
+    if saved.get("data_digest") not in (None, now["data_digest"]):
+        raise ConfigError(
+            f"{folder} was saved while training on other samples ({saved.get('train_samples', '?')} then, "
+            f"{now['train_samples']} now): the dataset files, dataset, max_samples, cutoff_len, template or val_size "
+            "changed since. Resuming would continue its data position on other batches. Restore the data and "
+            f"settings it was trained with, or {weights}.")
+    if saved.get("batches_digest") not in (None, now["batches_digest"]):
+        raise ConfigError(
+            f"{folder} grouped the same samples into other steps: per_device_train_batch_size, "
+            "gradient_accumulation_steps, the number of processes, the batching (packing) or the seed changed since. "
+            f"Resuming would skip or repeat samples. Restore those settings, or {weights}.")
+    before = saved.get("total_steps")
+    if isinstance(before, int) and before != total_steps:
+        return (f"the run now has {total_steps} steps where {folder.name} was saved in a run of {before} "
+                "(max_steps or num_train_epochs changed): the learning-rate schedule is stretched over the new "
+                "count from here on.")
+    return None
 
 
 _EARLIER = "resume from an earlier complete checkpoint (`lf-assistant resume-train RUN_ID --checkpoint N`)"

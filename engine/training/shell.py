@@ -87,11 +87,15 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     plan = StepPlan.build(config, task, strategy)
     stepper = make_stepper(config, task, plan, session, strategy, train_model)
     optimizer, scheduler = stepper.optimizer, stepper.scheduler
+    digests = ckpt.data_digests(task.train_samples, plan.batcher.groups(0))
 
     # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
     position = Position()
     if resume_from:
         state = ckpt.load_training_state(resume_from, strategy.checkpoint_optimizer(optimizer), scheduler)
+        changed = ckpt.resume_note(state, digests, plan.total_steps, resume_from)
+        if changed:
+            logger.note(changed)
         position = Position(state["step"], state["epoch"], state["group"])
         logger.event("resumed", checkpoint=str(resume_from), step=position.step)
         logger.info(f"resumed from {resume_from} at step {position.step}")
@@ -106,7 +110,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
 
     def checkpoint(step: int, epoch: int, group: int) -> None:
         trainer_state = {"step": step, "epoch": epoch, "group": group, "total_steps": plan.total_steps,
-                         "run_id": run.run_id}
+                         "run_id": run.run_id, **digests}
         if strategy.is_main:  # named before it is written: a folder of it is this run's even if the write dies
             record_outputs(output_dir, run.run_id, [f"checkpoint-{step}"])
         folder = strategy.save_checkpoint(

@@ -354,3 +354,20 @@ def test_a_run_refused_before_training_leaves_no_folders(demo_model_dir, tmp_pat
     with pytest.raises(EngineError, match="not enough disk"):
         prepare_run(config(demo_model_dir, out), runs_dir=tmp_path / "runs", run_id="refused")
     assert out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK_NAME}
+
+
+def test_a_checkpoint_resumes_only_onto_its_own_samples_and_batches(demo_model_dir, tmp_path):
+    """Its data position means something only for the same samples in the same steps: other data, or the same data
+    in other batches, is refused before a step trains; a changed step count is named and goes on."""
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    assert engine.train(config(demo_model_dir, out), runs_dir=runs).status().state == "completed"
+    for change, message in (({"max_samples": 12}, r"saved while training on other samples \(16 then, 12 now\)"),
+                            ({"cutoff_len": 32}, "saved while training on other samples"),
+                            ({"per_device_train_batch_size": 4}, "grouped the same samples into other steps"),
+                            ({"seed": 7}, "grouped the same samples into other steps")):
+        with pytest.raises(EngineError, match=message):
+            engine.train(config(demo_model_dir, out, max_steps=6, resume_from_checkpoint="auto", **change),
+                         runs_dir=runs)
+    resumed = engine.train(config(demo_model_dir, out, max_steps=6, resume_from_checkpoint="auto"), runs_dir=runs)
+    assert resumed.status().state == "completed" and resumed.status().step == 6
+    assert "now has 6 steps where checkpoint-4 was saved in a run of 4" in resumed.run.log_path.read_text()
