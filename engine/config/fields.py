@@ -45,7 +45,7 @@ class Bounds:
 def opt(default: Any, help: str, *, choices: tuple | None = None, section: str = "train",
         ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None,
         refused: dict[Any, str] | None = None, pending: dict[Any, str] | None = None,
-        choices_note: str | None = None, multi: str | None = None) -> Any:
+        choices_note: str | None = None, multi: str | None = None, alone: tuple[str, ...] | None = None) -> Any:
     """A config field with everything about it declared here.
 
     ``choices``: the accepted values (a YAML ``no``/``yes``/``off``/``on`` is read back as that string when the
@@ -53,7 +53,8 @@ def opt(default: Any, help: str, *, choices: tuple | None = None, section: str =
     ``pending``: values declared and accepted by the loader whose behaviour is not in this build yet (validate
     refuses them, saying so). ``ge/gt/le/lt``: the numeric range (numbers must also be finite). ``multi``: a
     comma-separated list, of ``"names"`` (datasets, modules, adapter folders, choices) or ``"numbers"``; a YAML list
-    is read as the same comma-separated text, as LLaMA-Factory takes either form for these keys.
+    is read as the same comma-separated text, as LLaMA-Factory takes either form for these keys. ``alone``: the
+    names of a list that mean the whole or nothing (``all``, ``none``) and so are given without other names.
     """
     meta: dict[str, Any] = {"help": help, "section": section}
     if choices:
@@ -67,6 +68,10 @@ def opt(default: Any, help: str, *, choices: tuple | None = None, section: str =
         if multi not in ("names", "numbers"):
             raise ValueError(f"multi must be 'names' or 'numbers', not {multi!r}")
         meta["multi"] = multi
+    if alone:
+        if meta.get("multi") != "names":
+            raise ValueError("alone names belong to a multi='names' key")
+        meta["alone"] = tuple(alone)
     return field(default=default, metadata=meta)
 
 

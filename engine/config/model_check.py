@@ -138,3 +138,33 @@ def lora_rank_warning(model: str | None, lora_target: str, lora_rank: int) -> st
     width, where = smallest
     return (f"lora_rank {lora_rank} is at least the width of the narrowest adapted layer ({where}: {width}); "
             "such an adapter is no longer low-rank and can be larger than the layer. A rank of 8 to 64 is usual.")
+
+
+MODULE_KEYS: tuple[str, ...] = ("lora_target", "additional_target", "freeze_trainable_modules", "freeze_extra_modules")
+"""The keys that take module names of the model (a comma-separated list of them)."""
+
+
+def module_names(model: str | None, key: str, stage: str = "sft") -> list[str] | None:
+    """The module names ``key`` (one of MODULE_KEYS) may take for this (local) model, as the checks of the key read
+    them; None when they cannot be told without loading it (a hub id, an architecture built only by its own code).
+    The names a key takes alone (``all``) are the field's, not listed here."""
+    if key not in MODULE_KEYS or local_config(model) is None:
+        return None
+    layers = linear_layers(model)
+    if layers is None:
+        return None
+    if key == "lora_target":
+        return layers.short_names()
+    if layers.parameters is None:
+        return None
+    from engine.methods.freeze import layer_modules, outside_layer_modules
+
+    names = list(layers.parameters)
+    if key == "freeze_trainable_modules":
+        return layer_modules(names)
+    if stage == "rm" and layers.head:  # a reward model loads with a score head in place of the output head
+        names = [name for name in names if not name.startswith(f"{layers.head}.")] + ["score.weight"]
+    outside = outside_layer_modules(names)
+    if key == "additional_target" and layers.head and stage != "rm":  # a head tied to the embeddings is a module
+        outside = sorted({*outside, layers.head.rsplit(".", 1)[-1]})
+    return outside

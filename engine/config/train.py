@@ -83,13 +83,13 @@ class TrainConfig:
     lora_dropout: float = opt(0.0, "Dropout on the LoRA input.", section="method", ge=0, lt=1)
     lora_target: str = opt(
         "all", "Modules that get adapters: all (every linear layer but the head) or comma-separated names.",
-        section="method", multi="names")
+        section="method", multi="names", alone=("all",))
     freeze_trainable_layers: int = opt(
         2, "Freeze: number of last decoder layers to train (negative: the first N).", section="method",
         ge=-100_000, le=100_000)
     freeze_trainable_modules: str = opt(
         "all", "Freeze: which modules inside the trained layers (all, or comma-separated names).", section="method",
-        multi="names")
+        multi="names", alone=("all",))
     freeze_extra_modules: str | None = opt(
         None, "Freeze: modules outside the decoder layers that train too (embed_tokens, norm, lm_head, ...); as in "
         "LLaMA-Factory, every parameter whose name contains one of them.", section="method", multi="names")
@@ -207,7 +207,7 @@ class TrainConfig:
         "none", "Experiment trackers, comma-separated: none, tensorboard, wandb (offline unless "
         "WANDB_MODE=online), swanlab, mlflow, all (every installed one).",
         choices=("none", "tensorboard", "wandb", "swanlab", "mlflow", "all"), section="output", multi="names",
-        choices_note="Other trackers are not supported.")
+        alone=("none", "all"), choices_note="Other trackers are not supported.")
 
     # --- train
     per_device_train_batch_size: int = opt(1, "Samples per micro-batch on each device.", ge=1, le=65536)

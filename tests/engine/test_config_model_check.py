@@ -95,3 +95,23 @@ def test_freeze_extra_modules_are_checked_before_the_run_as_the_run_checks_them(
     reward = config(demo_model_dir, finetuning_type="freeze", stage="rm", dataset="rm_demo",
                     freeze_extra_modules="score")
     assert not [p for p in engine.validate(reward) if p.startswith("freeze_extra_modules")]
+
+
+def test_the_module_names_each_key_takes_are_the_ones_its_check_accepts(demo_model_dir):
+    from engine.config.model_check import module_names
+
+    model = str(demo_model_dir)
+    expected = {"lora_target": ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"],
+                "freeze_trainable_modules": ["input_layernorm", "mlp", "post_attention_layernorm", "self_attn"],
+                "freeze_extra_modules": ["embed_tokens", "norm"]}  # the head is tied to the embeddings
+    for key, names in expected.items():
+        assert module_names(model, key) == names, key
+    assert module_names(model, "additional_target") == ["embed_tokens", "lm_head", "norm"]
+    assert "score" in module_names(model, "freeze_extra_modules", stage="rm")
+    picked = {"lora_target": "q_proj,v_proj", "additional_target": "embed_tokens,lm_head",
+              "freeze_trainable_modules": "self_attn,mlp", "freeze_extra_modules": "embed_tokens,norm"}
+    for key, names in picked.items():
+        method = "freeze" if key.startswith("freeze") else "lora"
+        assert engine.validate(config(demo_model_dir, finetuning_type=method, **{key: names})) == [], key
+    assert module_names("Qwen/Qwen3-0.6B", "lora_target") is None  # a hub id is not inspected
+    assert module_names(model, "dataset") is None
