@@ -95,6 +95,24 @@ def test_sft_on_a_cpu_trains_packed_rows_unless_the_example_packs_or_the_model_r
     assert build.build_train_config(on_gpu, skill).config.get("batching_strategy", "padded") == "padded"
 
 
+def test_keys_of_several_names_offer_the_names_they_take(ready, skill):
+    config = build.build_train_config(ready, skill).config
+    params = config_stage.params()
+    assert params["report_to"].multi == "names" and params["report_to"].alone == ("none", "all")
+    assert params["lora_target"].alone == ("all",) and params["lora_rank"].multi is None
+    assert config_stage.name_choices("report_to", config, []) == ("none", "tensorboard", "wandb", "swanlab",
+                                                                  "mlflow", "all")
+    targets = config_stage.name_choices("lora_target", config, [])
+    assert targets[0] == "all" and {"q_proj", "v_proj"} <= set(targets)  # the model's modules
+    assert config_stage.name_choices("freeze_trainable_modules", config, [])[:2] == ("all", "input_layernorm")
+    assert config_stage.name_choices("eval_dataset", config, ["identity", "alpaca_demo"]) == ("identity",
+                                                                                           "alpaca_demo")
+    for key in ("lr_scheduler_type", "lora_rank", "adapter_name_or_path", "fsdp"):  # one value, or typed names
+        assert config_stage.name_choices(key, config, []) is None, key
+    hub = dict(config, model_name_or_path="Qwen/Qwen3-0.6B")  # not here yet: the names are typed
+    assert config_stage.name_choices("lora_target", hub, []) is None
+
+
 def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, skill):
     outcome = config_stage.apply_edit(ready, "lora_rank", "16")
     built = build.build_train_config(outcome.state, skill)

@@ -30,6 +30,10 @@ class ParamInfo:
     section: str
     choices: tuple | None
     is_bool: bool = False
+    multi: str | None = None
+    """"names" or "numbers" for a key that takes a comma-separated list (see engine.config.fields.opt)."""
+    alone: tuple[str, ...] = ()
+    """The names of a list given without other names (all, none)."""
 
 
 def params() -> dict[str, ParamInfo]:
@@ -43,8 +47,39 @@ def params() -> dict[str, ParamInfo]:
         is_bool = str(f.type) in ("bool", "<class 'bool'>")
         choices = f.metadata.get("choices") or ((True, False) if is_bool else None)
         out[f.name] = ParamInfo(f.name, f.metadata.get("help", ""), f.metadata.get("section", "train"), choices,
-                                is_bool)
+                                is_bool, f.metadata.get("multi"), f.metadata.get("alone", ()))
     return out
+
+
+def reads_names(key: str) -> bool:
+    """Whether the names ``key`` may take are read (the model's modules, the registered datasets) rather than
+    declared; name_choices then takes a moment."""
+    from engine.config.model_check import MODULE_KEYS
+
+    return key in MODULE_KEYS or key == "eval_dataset"
+
+
+def name_choices(key: str, config: dict[str, Any], registered: list[str]) -> tuple[str, ...] | None:
+    """The names a key that takes several may be given, for a pick of several in the edit dialog: its declared
+    choices, the model's modules (the module keys; may build the model on the meta device, so off the event loop)
+    or the registered datasets (eval_dataset); with the names it takes alone first. None when the key takes one
+    value, or no list can be told (a hub model not here yet): the value is typed."""
+    info = params().get(key)
+    if info is None or info.multi != "names":
+        return None
+    if info.choices:
+        names = [str(choice) for choice in info.choices]
+    elif key == "eval_dataset":
+        names = list(registered)
+    elif reads_names(key):
+        from engine.config.model_check import module_names
+
+        names = module_names(config.get("model_name_or_path"), key, str(config.get("stage") or "sft")) or []
+    else:  # adapter folders, FSDP words: typed
+        return None
+    if not names:
+        return None
+    return tuple(dict.fromkeys([*(name for name in info.alone if name not in names), *names]))
 
 
 def parse_value(raw: str) -> Any:
