@@ -23,7 +23,7 @@ from textual.widgets import Button, ContentSwitcher, DataTable, Static
 from assistant.i18n import t
 from assistant.tui.messages import ConfigChecked, FixAccepted, Measured
 from assistant.tui.screens.base import StageScreen
-from assistant.tui.widgets.dialogs import EditValue, fill_table, fmt_value
+from assistant.tui.widgets.dialogs import EditNames, EditValue, fill_table, fmt_value
 from assistant.wizard import build
 from assistant.wizard.stages import config as config_stage
 from assistant.wizard.stages import preflight
@@ -264,8 +264,38 @@ class ConfigScreen(StageScreen):
             self.say([t("config.unknown_param", key=key, hint="-")])
             return
         current = self.built.config.get(key) if self.built else None
-        self.app.push_screen(EditValue(key, current, info.help, info.choices),
-                             callback=lambda value: self._edited(key, value))
+        if info.multi == "names" and self.built is not None:
+            if info.choices:  # declared: at hand
+                self._open_edit(key, current, config_stage.name_choices(key, self.built.config, []))
+                return
+            if config_stage.reads_names(key):  # the model's modules, the registered datasets: off the event loop
+                self.say(info=[t("config.reading_names", key=key)])
+                self.read_names(key, current, dict(self.built.config))
+                return
+        self._open_edit(key, current, None)
+
+    @work(thread=True, exclusive=True, group="names")
+    def read_names(self, key: str, current: object, config: dict) -> None:
+        try:
+            names = config_stage.name_choices(key, config, self._registered() if key == "eval_dataset" else [])
+        except Exception:  # a model that cannot be inspected: its names are typed, as before
+            names = None
+        self.app.call_from_thread(self._opened_after_reading, key, current, names)
+
+    def _opened_after_reading(self, key: str, current: object, names: tuple[str, ...] | None) -> None:
+        if self.app.screen is self:  # not when the user has moved on meanwhile
+            self.say(info=[])
+            self._open_edit(key, current, names)
+
+    def _open_edit(self, key: str, current: object, names: tuple[str, ...] | None) -> None:
+        """Several names to pick from: a pick of several (the value can still be typed); else one choice or a
+        typed value."""
+        info = config_stage.params()[key]
+        if names:
+            dialog = EditNames(key, current, info.help, names, info.alone)
+        else:
+            dialog = EditValue(key, current, info.help, None if info.multi else info.choices)
+        self.app.push_screen(dialog, callback=lambda value: self._edited(key, value))
 
     def _edited(self, key: str, value: str | None) -> None:
         if value is None:

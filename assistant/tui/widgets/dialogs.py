@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, DataTable, Input, Label, OptionList, Static
+from textual.widgets import Button, DataTable, Input, Label, OptionList, SelectionList, Static
 
 from assistant.i18n import t
 from assistant.tui.widgets.keyhelp import KeyHelp
@@ -192,6 +192,112 @@ class EditValue(ModalScreen["str | None"]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(fmt_value(self.choices[event.option_index]))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+def split_names(value: Any) -> list[str]:
+    """A comma-separated value (or a list of names) as its names, each once, in order."""
+    items = value if isinstance(value, (list, tuple)) else str(value or "").split(",")
+    return list(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+
+
+class NameList(SelectionList):
+    """The names to pick: Space toggles the highlighted one, Enter sets the value (an option list's Enter would
+    toggle)."""
+
+    BINDINGS = [Binding("enter", "confirm", show=False)]
+
+    def action_confirm(self) -> None:
+        self.screen.action_confirm()
+
+
+class EditNames(ModalScreen["str | None"]):
+    """Edit a key that takes several names (report_to, lora_target, ...): pick any of them, or type the list.
+
+    The text field below the list always holds the value that Enter sets, the picked names in the list's order
+    plus any typed name the list does not offer; typing there updates the marks in the list. A name in ``alone``
+    (all, none) stands for the whole or nothing: picking it clears the others, picking another clears it, and a
+    line says which were cleared. Esc cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", show=False)]
+
+    def __init__(self, key: str, current: Any, help_text: str, names: tuple[str, ...],
+                 alone: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.key, self.help_text, self.names, self.alone = key, help_text, tuple(names), tuple(alone)
+        self.current = split_names(current)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog small"):
+            yield Label(self.key, classes="dialog-title")
+            yield Static(self.help_text, classes="note")
+            yield NameList(*[(name, name, name in self.current) for name in self.names], id="edit-names")
+            yield Static("", id="names-note", classes="hint")
+            yield Label(t("edit.names_value"), classes="hint")
+            yield Input(value=",".join(self.current), id="edit-value")
+        yield KeyHelp([("Space", "key.toggle"), ("Enter", "key.set"), ("Tab", "key.type"), ("Esc", "key.cancel")])
+
+    def on_mount(self) -> None:
+        names = self.query_one(NameList)
+        names.focus()
+        picked = [index for index, name in enumerate(self.names) if name in self.current]
+        names.highlighted = picked[0] if picked else 0
+        self.query_one("#names-note", Static).display = False
+
+    def _value(self) -> list[str]:
+        return split_names(self.query_one("#edit-value", Input).value)
+
+    def _note(self, text: str) -> None:
+        note = self.query_one("#names-note", Static)
+        note.update(text)
+        note.display = bool(text)
+
+    def on_selection_list_selection_toggled(self, event: SelectionList.SelectionToggled) -> None:
+        """A name picked or unpicked with Space (or a click): the value follows; an `alone` name and the others
+        exclude each other."""
+        event.stop()
+        names = self.query_one(NameList)
+        name = str(event.selection.value)
+        cleared: list[str] = []
+        if name in names.selected:
+            typed = [other for other in self._value() if other not in self.names]
+            if name in self.alone:
+                cleared = [other for other in names.selected if other != name] + typed
+                keep = [name]
+            else:
+                cleared = [other for other in names.selected if other in self.alone]
+                keep = [other for other in names.selected if other not in self.alone] + typed
+            for other in cleared:
+                if other in self.names:
+                    names.deselect(other)
+        else:
+            keep = [other for other in self._value() if other != name]
+        self._note(t("edit.names_alone", name=name, cleared=", ".join(cleared)) if cleared and name in self.alone
+                   else t("edit.names_replaced", name=name, cleared=", ".join(cleared)) if cleared else "")
+        picked = set(names.selected)
+        value = [other for other in self.names if other in picked] + [other for other in keep
+                                                                      if other not in self.names]
+        self.query_one("#edit-value", Input).value = ",".join(value)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """Typed names mark the list (a name the list does not offer stays in the text). The field's value now,
+        not the event's: a later toggle may have rewritten it already."""
+        wanted = set(self._value())
+        names = self.query_one(NameList)
+        for name in self.names:
+            if name in wanted:
+                names.select(name)
+            else:
+                names.deselect(name)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_confirm()
+
+    def action_confirm(self) -> None:
+        self.dismiss(",".join(self._value()))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
