@@ -3,7 +3,8 @@
 The language comes from, in order: the --lang flag, $LFA_LANG, the user config file
 (`$XDG_CONFIG_HOME/lf-assistant/config.yaml`, key `lang`), the locale ($LC_ALL, $LC_MESSAGES, $LANG: zh* -> zh),
 else English. A key missing in Chinese falls back to English; a key missing everywhere shows as the key itself,
-so a gap is visible without crashing the screen (a test keeps both catalogs complete).
+so a gap is visible without crashing the screen (a test keeps both catalogs complete). Text the engine writes is
+translated by its code: `t_or` for a name or a fixed sentence (ENGINE_ENGLISH).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from assistant.i18n.en import STRINGS as EN
 from assistant.i18n.zh import STRINGS as ZH
 
 CATALOGS: dict[str, dict[str, str]] = {"en": EN, "zh": ZH}
+ENGINE_ENGLISH: tuple[str, ...] = ("param.", "lf_default.")
+"""Key prefixes only the other languages' catalogs hold: in English the engine's own words show (a training
+parameter's help, engine.config.lf_defaults), through `t_or`, so there is one English text to keep."""
 LANGUAGES: tuple[str, ...] = tuple(CATALOGS)
 _current = "en"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assistant.i18n import t
+from assistant.i18n import t, t_or
 from assistant.wizard.adapt import adaptations
 from assistant.wizard.stages.model import rule_words
 from assistant.wizard.skill import Skill
@@ -208,8 +208,14 @@ def _lf_default_rows(example, config: dict[str, Any], diff: list[DiffRow]) -> li
     from engine.config import default_differences, read_yaml
 
     changed = {row.parameter for row in diff}
-    return [DiffRow(row.key, row.lf_default, row.ours, row.reason)
+    return [DiffRow(row.key, _lf_default_words(row.key, "default", row.lf_default),
+                    _lf_default_words(row.key, "ours", row.ours), t_or(f"lf_default.{row.key}", row.reason))
             for row in default_differences(read_yaml(example)) if row.key not in changed and row.key in config]
+
+
+def _lf_default_words(key: str, side: str, value: Any) -> Any:
+    """A value of that table in the interface language where it is words ("off", "none (asks)"), else itself."""
+    return t_or(f"lf_default.{key}.{side}", value) if isinstance(value, str) else value
 
 
 def device_count(state: WizardState) -> int:

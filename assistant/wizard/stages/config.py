@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from assistant.i18n import t
+from assistant.i18n import t, t_or
 from assistant.wizard.build import BuiltConfig
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
@@ -46,8 +46,9 @@ def params() -> dict[str, ParamInfo]:
             continue
         is_bool = str(f.type) in ("bool", "<class 'bool'>")
         choices = f.metadata.get("choices") or ((True, False) if is_bool else None)
-        out[f.name] = ParamInfo(f.name, f.metadata.get("help", ""), f.metadata.get("section", "train"), choices,
-                                is_bool, f.metadata.get("multi"), f.metadata.get("alone", ()))
+        out[f.name] = ParamInfo(f.name, t_or(f"param.{f.name}", f.metadata.get("help", "")),
+                                f.metadata.get("section", "train"), choices, is_bool, f.metadata.get("multi"),
+                                f.metadata.get("alone", ()))
     return out
 
 
