@@ -50,6 +50,10 @@ class Measurement:
     reason: str = ""
     """Why the proposal: what did not fit, and how the effective batch is kept."""
     notes: list[str] = field(default_factory=list)
+    reason_message: dict | None = None
+    """``reason`` as an engine.messages.Message dict (code and values), for front ends in other languages."""
+    note_messages: list[dict] = field(default_factory=list)
+    """``notes`` as engine.messages.Message dicts, one per note."""
     wall_s: float = 0.0
     """How long the pre-flight itself took (filled in by the launcher)."""
 

@@ -4,7 +4,8 @@ The language comes from, in order: the --lang flag, $LFA_LANG, the user config f
 (`$XDG_CONFIG_HOME/lf-assistant/config.yaml`, key `lang`), the locale ($LC_ALL, $LC_MESSAGES, $LANG: zh* -> zh),
 else English. A key missing in Chinese falls back to English; a key missing everywhere shows as the key itself,
 so a gap is visible without crashing the screen (a test keeps both catalogs complete). Text the engine writes is
-translated by its code: `t_or` for a name or a fixed sentence (ENGINE_ENGLISH).
+translated by its code: `t_or` for a name or a fixed sentence (ENGINE_ENGLISH), `t_message` for a sentence with
+values (engine.messages).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from assistant.i18n.en import STRINGS as EN
 from assistant.i18n.zh import STRINGS as ZH
 
 CATALOGS: dict[str, dict[str, str]] = {"en": EN, "zh": ZH}
-ENGINE_ENGLISH: tuple[str, ...] = ("param.", "lf_default.")
+ENGINE_ENGLISH: tuple[str, ...] = ("param.", "lf_default.", "engine.")
 """Key prefixes only the other languages' catalogs hold: in English the engine's own words show (a training
-parameter's help, engine.config.lf_defaults), through `t_or`, so there is one English text to keep."""
+parameter's help, engine.config.lf_defaults, a sentence of engine.messages), through `t_or` and `t_message`, so
+there is one English text to keep."""
 LANGUAGES: tuple[str, ...] = tuple(CATALOGS)
 _current = "en"
 
@@ -72,6 +74,28 @@ def t_or(key: str, fallback: str, /) -> str:
     """The string for `key` when the catalogs have one, else `fallback`: names (metrics, states, rules) that the
     catalogs may or may not translate."""
     return t(key) if key in CATALOGS[_current] or key in EN else fallback
+
+
+def t_message(message: object, fallback: str = "", /) -> str:
+    """A sentence the engine gave as a code with its values (engine.messages.Message, or its dict): the catalog's
+    ``engine.<code>`` filled with the values (a nested message rendered the same way), else the engine's English
+    text, else ``fallback`` (no message, or one stored before it had a code)."""
+    if hasattr(message, "to_dict"):
+        message = message.to_dict()
+    if not isinstance(message, dict) or not isinstance(message.get("code"), str):
+        return fallback
+    english = message.get("text") if isinstance(message.get("text"), str) else fallback
+    key = f"engine.{message['code']}"
+    text = CATALOGS[_current].get(key) or EN.get(key)
+    if not text:
+        return english
+    fields = message.get("fields") if isinstance(message.get("fields"), dict) else {}
+    values = {name: t_message(value, str(value.get("text", ""))) if isinstance(value, dict) else value
+              for name, value in fields.items()}
+    try:
+        return text.format(**values)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return english
 
 
 def t(key: str, /, **values: object) -> str:

@@ -437,6 +437,13 @@ STRINGS: dict[str, str] = {
     "preflight.no_fit": "即使微批次为 1 也放不下：{why}",
     "preflight.failed": "预检失败：{error}",
     "preflight.continue_after": "预检完成后继续…",
+    # --- sentences the engine gives as a code and values (engine.messages; English: the engine's text)
+    "engine.measure.error": "{error}",
+    "engine.measure.peak_above_free": "峰值占用 {peak} GiB，超过可用 {free} GiB 的 {share}",
+    "engine.measure.micro_batch_does_not_fit": "微批次 {micro} 放不下（{why}）",
+    "engine.measure.proposal": "{does_not_fit}；微批次 {micro} 可以放下，gradient_accumulation_steps 设为 {accum}，等效 batch size 不变",
+    "engine.measure.one_device": "只在一个设备上实测；实际运行使用 {strategy}",
+    "engine.measure.none_fits": "即使微批次为 1 也放不下（{why}）：请降低 cutoff_len、改用 LoRA，或换一个内存更大的设备",
     "train.eta": "预计剩余 {eta}",
     "train.eta_preflight": "预计剩余约 {eta}（预检）",
     "loss.metric": "{name} {first} → {last}。",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.wizard.skill import Skill
 from assistant.wizard.state import WizardState
 
@@ -111,7 +111,7 @@ def measured_changes(state: WizardState) -> list[Change]:
     fit = state.fit or {}
     if not fit.get("per_device_train_batch_size"):
         return []
-    reason = t("reason.measured", why=fit.get("reason", ""))
+    reason = t("reason.measured", why=t_message(fit.get("reason_message"), fit.get("reason", "")))
     return [("per_device_train_batch_size", fit["per_device_train_batch_size"], reason),
             ("gradient_accumulation_steps", fit["gradient_accumulation_steps"], reason)]
 

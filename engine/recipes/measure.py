@@ -34,6 +34,7 @@ import torch
 from engine.config import TrainConfig, load_config
 from engine.errors import EngineError
 from engine.measurement import Measurement
+from engine.messages import Message
 from engine.recipes import recipe
 from engine.parallel.single import SingleDevice
 from engine.rundir import RunDir
@@ -50,7 +51,12 @@ TIME_BUDGET_S = 30.0
 
 
 class DoesNotFit(Exception):
-    """The micro-batch ran out of memory, or its peak went above what the device has free."""
+    """The micro-batch ran out of memory, or its peak went above what the device has free (``message``: the same
+    as an engine.messages.Message)."""
+
+    def __init__(self, text: str, message: Message | None = None) -> None:
+        super().__init__(text)
+        self.message = message or Message("measure.error", text, {"error": text})
 
 
 def sample_tokens(sample: dict) -> int:
@@ -114,8 +120,7 @@ class Bench:
                     torch.cuda.synchronize(device)
                 took = time.perf_counter() - began
                 if index == 0 and limit is not None and _peak(device) > FIT_SHARE * limit:
-                    raise DoesNotFit(f"peak {_peak(device) / 2**30:.1f} GiB is above {FIT_SHARE:.0%} of the "
-                                     f"{limit / 2**30:.1f} GiB free")
+                    raise peak_too_high(_peak(device), limit)
                 if index or took > TIME_BUDGET_S:  # a step this slow is its compute, not first-call costs
                     timed.append((group, took))
                 if sum(seconds for _, seconds in timed) > TIME_BUDGET_S:
@@ -123,7 +128,9 @@ class Bench:
         except Exception as exc:
             if not isinstance(exc, DoesNotFit) and not _is_oom(exc):
                 raise
-            raise DoesNotFit(str(exc).splitlines()[0][:200] if not isinstance(exc, DoesNotFit) else str(exc)) from None
+            if isinstance(exc, DoesNotFit):
+                raise
+            raise DoesNotFit(str(exc).splitlines()[0][:200]) from None
         finally:
             optimizer.zero_grad(set_to_none=True)
             del optimizer, scheduler, stepper
@@ -132,18 +139,27 @@ class Bench:
         return timed
 
 
+def peak_too_high(peak: int, limit: int) -> DoesNotFit:
+    """The first step's peak memory is above FIT_SHARE of what the device has free."""
+    fields = {"peak": f"{peak / 2**30:.1f}", "share": f"{FIT_SHARE:.0%}", "free": f"{limit / 2**30:.1f}"}
+    text = f"peak {fields['peak']} GiB is above {fields['share']} of the {fields['free']} GiB free"
+    return DoesNotFit(text, Message("measure.peak_above_free", text, fields))
+
+
 def fit_micro_batch(attempt, micro: int, accum: int):
     """``attempt(micro, accum)`` until it does not raise DoesNotFit, halving the micro-batch and raising the
-    accumulation so that micro x accum (the effective batch) stays. (micro, accum, result, reason); DoesNotFit
-    when not even a micro-batch of 1 fits."""
-    effective, reason = micro * accum, ""
+    accumulation so that micro x accum (the effective batch) stays. (micro, accum, result, reason): reason is
+    the first micro-batch that did not fit, as an engine.messages.Message (None when the asked one fits);
+    DoesNotFit when not even a micro-batch of 1 fits."""
+    effective, reason = micro * accum, None
     while True:
         try:
             return micro, accum, attempt(micro, accum), reason
         except DoesNotFit as exc:
             if micro == 1:
                 raise
-            reason = reason or f"micro-batch {micro} does not fit ({exc})"
+            reason = reason or Message("measure.micro_batch_does_not_fit", f"micro-batch {micro} does not fit ({exc})",
+                                       {"micro": micro, "why": exc.message})
             micro //= 2
             accum = math.ceil(effective / micro)
 
@@ -168,7 +184,7 @@ def measure(config: TrainConfig, steps: int = 3) -> Measurement:
 
     started = process_start_time(os.getpid()) or time.time()
     scratch = Path(tempfile.mkdtemp(prefix="lfa-measure-"))
-    notes = []
+    notes: list[Message] = []
     try:
         # Nothing of the real run is touched: logs, and any folder a recipe makes, go to the scratch folder.
         config = dataclasses.replace(config, output_dir=str(scratch / "output"), report_to="none",
@@ -197,21 +213,24 @@ def measure(config: TrainConfig, steps: int = 3) -> Measurement:
             micro, accum, (plan, timed), reason = fit_micro_batch(attempt, asked, config.gradient_accumulation_steps)
         except DoesNotFit as exc:
             return _not_fitting(session, config, bench.plan(1, config.gradient_accumulation_steps)[1], startup,
-                                limit, str(exc), notes)
+                                limit, exc.message, notes)
         times = [seconds for _, seconds in timed]
         tokens_per_s = sum(group_tokens(g, task.train_samples) for g, _ in timed) / max(sum(times), 1e-9)
         total_tokens, total_steps = run_tokens(plan, task.train_samples)
         predicted = startup + total_tokens / max(tokens_per_s, 1e-9)
-        if _strategy_name(config) != "single":
-            notes.append(f"measured on one device; the run uses {_strategy_name(config)}")
+        strategy = _strategy_name(config)
+        if strategy != "single":
+            notes.append(one_device_note(strategy))
         proposal = None
         if micro != asked:
             proposal = {"per_device_train_batch_size": micro, "gradient_accumulation_steps": accum}
-            reason = f"{reason}; {micro} fits, and gradient_accumulation_steps {accum} keeps the effective batch"
+            reason = proposal_reason(reason, micro, accum)
         return Measurement(device=str(session.device), micro_batch=micro, grad_accum=accum, steps_timed=len(times),
                            step_s=sum(times) / max(len(times), 1), tokens_per_s=tokens_per_s, startup_s=startup,
                            peak_bytes=_peak(session.device), limit_bytes=limit, total_steps=total_steps,
-                           predicted_s=predicted, fits=True, proposal=proposal, reason=reason, notes=notes)
+                           predicted_s=predicted, fits=True, proposal=proposal, reason=reason.text if reason else "",
+                           notes=[note.text for note in notes], reason_message=reason.to_dict() if reason else None,
+                           note_messages=[note.to_dict() for note in notes])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -222,13 +241,29 @@ def _strategy_name(config: TrainConfig) -> str:
     return strategy_name(config, int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def _not_fitting(session, config, plan, startup, limit, why: str, notes: list[str]) -> Measurement:
-    notes.append(f"even a micro-batch of 1 does not fit ({why}): lower cutoff_len, use LoRA, or choose a device "
-                 "with more memory")
+def proposal_reason(does_not_fit: Message, micro: int, accum: int) -> Message:
+    """Why the proposal: the micro-batch that did not fit, and the one that does with its accumulation."""
+    return Message("measure.proposal",
+                   f"{does_not_fit}; {micro} fits, and gradient_accumulation_steps {accum} keeps the effective batch",
+                   {"does_not_fit": does_not_fit, "micro": micro, "accum": accum})
+
+
+def one_device_note(strategy: str) -> Message:
+    return Message("measure.one_device", f"measured on one device; the run uses {strategy}", {"strategy": strategy})
+
+
+def none_fits_note(why: Message) -> Message:
+    return Message("measure.none_fits", f"even a micro-batch of 1 does not fit ({why}): lower cutoff_len, use LoRA, "
+                   "or choose a device with more memory", {"why": why})
+
+
+def _not_fitting(session, config, plan, startup, limit, why: Message, notes: list[Message]) -> Measurement:
+    notes.append(none_fits_note(why))
     return Measurement(device=str(session.device), micro_batch=1, grad_accum=config.gradient_accumulation_steps,
                        steps_timed=0, step_s=0.0, tokens_per_s=0.0, startup_s=startup,
                        peak_bytes=_peak(session.device), limit_bytes=limit, total_steps=plan.total_steps,
-                       predicted_s=0.0, fits=False, reason=why, notes=notes)
+                       predicted_s=0.0, fits=False, reason=why.text, notes=[note.text for note in notes],
+                       reason_message=why.to_dict(), note_messages=[note.to_dict() for note in notes])
 
 
 def main(argv: list[str] | None = None) -> int:

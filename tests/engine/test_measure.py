@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import engine
-from engine.recipes.measure import DoesNotFit, choose_groups, fit_micro_batch, group_tokens
+from engine.recipes.measure import DoesNotFit, choose_groups, fit_micro_batch, group_tokens, proposal_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,8 +32,14 @@ def test_a_micro_batch_that_does_not_fit_is_halved_keeping_the_effective_batch()
 
     micro, accum, result, reason = fit_micro_batch(attempt, 8, 1)
     assert (micro, accum, result) == (2, 4, "timed") and tried == [(8, 1), (4, 2), (2, 4)]
-    assert "micro-batch 8 does not fit (out of memory)" == reason
+    assert "micro-batch 8 does not fit (out of memory)" == reason.text == str(reason)
+    # The same sentence as a code and its values, for front ends in other languages.
+    assert reason.to_dict()["fields"] == {"micro": 8, "why": {"code": "measure.error", "text": "out of memory",
+                                                              "fields": {"error": "out of memory"}}}
+    assert proposal_reason(reason, 2, 4).text == ("micro-batch 8 does not fit (out of memory); 2 fits, and "
+                                                  "gradient_accumulation_steps 4 keeps the effective batch")
     assert fit_micro_batch(attempt, 2, 3)[:2] == (2, 3)  # fits as asked: nothing changes
+    assert fit_micro_batch(attempt, 2, 3)[3] is None
     with pytest.raises(DoesNotFit):
         fit_micro_batch(lambda micro, accum: (_ for _ in ()).throw(DoesNotFit("never")), 4, 1)
 

@@ -1,5 +1,5 @@
-"""Text the engine writes reads in the interface language: the config stage's parameter help and the
-LLaMA-Factory defaults under its diff are Chinese in zh, and in English exactly the engine's words."""
+"""Text the engine writes reads in the interface language: the config stage's parameter help, the LLaMA-Factory
+defaults under its diff and the pre-flight's proposal are Chinese in zh, and in English exactly the engine's words."""
 
 import re
 
@@ -92,3 +92,72 @@ def test_lf_defaults_block_is_chinese_in_zh_and_unchanged_in_english(zh, tmp_pat
     for row in _lf_rows(tmp_path):
         assert (row.default, row.new, row.reason) == (engine[row.parameter].lf_default, engine[row.parameter].ours,
                                                      engine[row.parameter].reason)
+
+
+def _measured(**over):
+    """A pre-flight whose micro-batch of 8 did not fit (its peak above the free memory), as the engine writes it."""
+    from engine.measurement import Measurement
+    from engine.recipes.measure import fit_micro_batch, one_device_note, peak_too_high, proposal_reason
+
+    def attempt(micro, accum):
+        if micro > 4:
+            raise peak_too_high(int(3.1 * 2**30), 3 * 2**30)
+
+    micro, accum, _, first = fit_micro_batch(attempt, 8, 1)
+    reason, note = proposal_reason(first, micro, accum), one_device_note("ddp")
+    assert reason.text == ("micro-batch 8 does not fit (peak 3.1 GiB is above 90% of the 3.0 GiB free); 4 fits, "
+                           "and gradient_accumulation_steps 2 keeps the effective batch")
+    values = dict(device="cuda:0", micro_batch=4, grad_accum=2, steps_timed=3, step_s=0.5, tokens_per_s=9e3,
+                  startup_s=20.0, peak_bytes=2 * 2**30, limit_bytes=3 * 2**30, total_steps=100, predicted_s=70.0,
+                  fits=True, proposal={"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2},
+                  reason=reason.text, notes=[note.text], reason_message=reason.to_dict(),
+                  note_messages=[note.to_dict()])
+    return Measurement(**{**values, **over})
+
+
+def test_preflight_proposal_is_chinese_in_zh_and_the_engines_words_in_english(zh):
+    from assistant.wizard.stages import preflight
+
+    lines = [line for _level, line in preflight.describe(_measured())]
+    assert len(lines) == 4 and "微批次 8 放不下" in lines[2] and "gradient_accumulation_steps 设为 2" in lines[2]
+    for line in lines:
+        assert not english_left(line), english_left(line)
+    i18n.set_language("en")
+    m = _measured()
+    assert preflight.describe(m)[2:] == [("warning", f"{m.reason}: applied, see the diff."),
+                                         ("warning", "measured on one device; the run uses ddp")]
+
+
+def test_a_measurement_stored_before_codes_shows_its_english(zh):
+    from assistant.wizard.stages import preflight
+
+    old = _measured(reason_message=None, note_messages=[])
+    assert old.reason in preflight.describe(old)[2][1] and preflight.describe(old)[3][1] == old.notes[0]
+
+
+def test_nothing_fits_reads_in_chinese(zh):
+    from assistant.wizard.stages import preflight
+    from engine.recipes.measure import DoesNotFit, none_fits_note
+
+    oom = DoesNotFit("CUDA out of memory. Tried to allocate 2.00 GiB").message
+    note = none_fits_note(oom)
+    m = _measured(fits=False, proposal=None, reason=oom.text, reason_message=oom.to_dict(), notes=[note.text],
+                  note_messages=[note.to_dict()])
+    lines = [line for _level, line in preflight.describe(m)]
+    assert "请降低 cutoff_len" in lines[1] and lines[1].count("CUDA out of memory") == 1  # the error stays as is
+    i18n.set_language("en")
+    assert [line for _level, line in preflight.describe(m)][1] == note.text
+
+
+def test_the_proposal_applied_in_the_diff_gives_its_reason_in_chinese(zh):
+    from assistant.wizard import adapt
+    from assistant.wizard.stages import preflight
+    from assistant.wizard.state import new_state
+
+    config = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+    state = preflight.record(new_state(), config, _measured())
+    (_key, _value, reason), _ = adapt.measured_changes(state)
+    assert reason.startswith("预检：微批次 8 放不下") and not english_left(reason)
+    i18n.set_language("en")
+    (_key, _value, reason), _ = adapt.measured_changes(state)
+    assert reason == f"pre-flight: {_measured().reason}"

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from assistant.formatting import fmt_duration
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.wizard.state import WizardState
 
 # Keys that change nothing a step computes: editing them keeps the measurement.
@@ -53,7 +53,7 @@ def record(state: WizardState, config: dict[str, Any], measurement) -> WizardSta
     result = measurement.to_dict()
     if not measurement.proposal:
         return state.replace(measured={"key": measure_key(config), "result": result})
-    fit = dict(measurement.proposal, reason=measurement.reason)
+    fit = dict(measurement.proposal, reason=measurement.reason, reason_message=measurement.reason_message)
     return state.replace(fit=fit, measured={"key": measure_key(dict(config, **measurement.proposal)),
                                             "result": result})
 
@@ -62,16 +62,28 @@ def gib(value: float | None) -> str:
     return "?" if value is None else f"{value / 2**30:.1f} GiB"
 
 
+def reason_words(measurement) -> str:
+    """Why the proposal (or why nothing fits), in the interface language."""
+    return t_message(measurement.reason_message, measurement.reason)
+
+
+def note_words(measurement) -> list[str]:
+    """The measurement's notes in the interface language (the engine's English for one stored without codes)."""
+    coded = measurement.note_messages if len(measurement.note_messages) == len(measurement.notes) else []
+    return [t_message(coded[i], note) if coded else note for i, note in enumerate(measurement.notes)]
+
+
 def describe(measurement) -> list[tuple[str, str]]:
     """(level, line) pairs: level "" for facts, "warning" for what needs attention."""
     m = measurement
+    notes = note_words(m)
     if not m.fits:
-        return [("warning", t("preflight.no_fit", why=m.reason)), *(("warning", note) for note in m.notes)]
+        return [("warning", t("preflight.no_fit", why=reason_words(m))), *(("warning", note) for note in notes)]
     lines = [("", t("preflight.result", device=m.device.split(":")[0].upper(), step=f"{m.step_s:.2f}",
                      tps=f"{m.tokens_per_s:,.0f}", peak=gib(m.peak_bytes), free=gib(m.limit_bytes))),
              ("", t("preflight.prediction", total=fmt_duration(m.predicted_s), steps=m.total_steps,
                     startup=fmt_duration(m.startup_s)))]
     if m.proposal:
-        lines.append(("warning", t("preflight.proposal", why=m.reason)))
-    lines += [("warning", note) for note in m.notes]
+        lines.append(("warning", t("preflight.proposal", why=reason_words(m))))
+    lines += [("warning", note) for note in notes]
     return lines
