@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelError
+from engine.messages import Message
 from engine.models.registry import get_model
 
 How = Literal["demo", "cached", "package-cache", "hf", "modelscope", "package", "none"]
@@ -31,6 +32,8 @@ class Availability:
     """The local folder when cached."""
     detail: str = ""
     """One sentence for the UI."""
+    detail_message: Message | None = None
+    """``detail`` as an engine.messages.Message where it says why the model cannot be had."""
     reasons: list[str] = field(default_factory=list)
     """Why each source that was tried is not usable now."""
 
@@ -59,8 +62,9 @@ def availability(model_id: str, *, models_dir: str | Path = "models", probe_netw
         return Availability(entry.id, True, "package-cache", None,
                             f"{entry.package.file_name} was fetched earlier; importing it needs no network", reasons)
     if not probe_network:
-        return Availability(entry.id, False, "none", detail="not on this machine (network not probed)",
-                            reasons=reasons)
+        text = "not on this machine (network not probed)"
+        return Availability(entry.id, False, "none", detail=text, reasons=reasons,
+                            detail_message=Message("models.not_here_not_probed", text))
     if not is_offline():
         try:
             hub, why = pick_source(timeout_s)
@@ -74,4 +78,5 @@ def availability(model_id: str, *, models_dir: str | Path = "models", probe_netw
         if found:
             return Availability(entry.id, True, "package", detail=why, reasons=reasons)
         reasons.append(why)
-    return Availability(entry.id, False, "none", detail="no source answered", reasons=reasons)
+    return Availability(entry.id, False, "none", detail="no source answered", reasons=reasons,
+                        detail_message=Message("models.no_source_answered", "no source answered"))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelError
+from engine.messages import Message
 from engine.jsonio import read_json_dict as _read_json
 from engine.models.cache import find_local_model
 from engine.models.gguf_file import IMPORT_RECORD
@@ -65,12 +66,18 @@ class Resolution:
     """The registry entry, when the model is a registered one."""
     warnings: list[str] = field(default_factory=list)
     """Things the user should know before training (base model with a chat template, incomplete folder...)."""
+    warning_messages: list[Message] = field(default_factory=list)
+    """``warnings`` as engine.messages.Message, one per warning (``warn`` adds both)."""
     local_path: Path | None = None
     """The folder holding the model on this machine, if any (see `local_complete`)."""
     local_complete: bool = False
     """Whether that folder passed the completeness check."""
     detail: str = ""
     """One sentence on why this rule matched, for the UI."""
+
+    def warn(self, message: Message) -> None:
+        self.warnings.append(message.text)
+        self.warning_messages.append(message)
 
 
 def known_templates() -> list[str] | None:
@@ -152,8 +159,10 @@ def _detect(model: str, folder: Path | None) -> Resolution | None:
         res = Resolution(entry.family, entry.template, "registry", entry, detail=f"registry entry {entry.id}")
         found = _family_from_config(config) if config else None
         if config and found != entry.family and FAMILIES[entry.family].model_types:
-            res.warnings.append(f"{folder} is named like {entry.id}, but its config.json says model_type "
-                                f"{config.get('model_type')!r}: check that the folder holds the model you mean.")
+            text = (f"{folder} is named like {entry.id}, but its config.json says model_type "
+                    f"{config.get('model_type')!r}: check that the folder holds the model you mean.")
+            res.warn(Message("models.folder_name_mismatch", text, {"folder": str(folder), "model": entry.id,
+                                                                   "model_type": config.get("model_type")}))
         return res
     family = _family_from_config(config) if config else None
     chat = read_chat_template(folder) if folder else None
@@ -167,9 +176,11 @@ def _detect(model: str, folder: Path | None) -> Resolution | None:
         res = Resolution(family, FAMILIES[family].template, "config.json", None,
                          detail=f"config.json model_type {config.get('model_type')!r}")
         if by_chat and by_chat[1] != res.template:
-            res.warnings.append(f"config.json says {FAMILIES[family].display}, but the tokenizer's chat template "
-                                f"looks like {FAMILIES[by_chat[0]].display}: if the model was tuned from that, "
-                                f"use template {by_chat[1]!r}.")
+            text = (f"config.json says {FAMILIES[family].display}, but the tokenizer's chat template looks like "
+                    f"{FAMILIES[by_chat[0]].display}: if the model was tuned from that, use template {by_chat[1]!r}.")
+            res.warn(Message("models.chat_template_mismatch", text, {
+                "family": FAMILIES[family].display, "chat_family": FAMILIES[by_chat[0]].display,
+                "template": by_chat[1]}))
         return res
     if by_chat is not None:
         return Resolution(by_chat[0], by_chat[1], "chat_template", None,
@@ -184,7 +195,7 @@ def _instruct_variant(entry: ModelEntry) -> str | None:
     return None
 
 
-def _base_warning(res: Resolution, model: str, folder: Path | None) -> str | None:
+def _base_warning(res: Resolution, model: str, folder: Path | None) -> Message | None:
     """Warn when a base (non-instruct) model is paired with an instruct chat template."""
     if res.template == "default" or res.rule == "demo":
         return None
@@ -198,25 +209,31 @@ def _base_warning(res: Resolution, model: str, folder: Path | None) -> str | Non
         return None
     variant = _instruct_variant(res.entry) if res.entry else None
     tip = f" For a model that already chats, pick {variant}." if variant else ""
-    return (f"{name} is a base model (pre-trained, not instruct), but template {res.template!r} is a chat format it "
+    text = (f"{name} is a base model (pre-trained, not instruct), but template {res.template!r} is a chat format it "
             "has not learned: fine-tuning must teach it (use enough data and epochs), or use template 'default' "
             f"for plain text continuation.{tip}")
+    return Message("models.base_with_chat_template" + ("_variant" if variant else ""), text,
+                   {"name": name, "template": res.template, "variant": variant})
 
 
-def _unknown_message(model: str, folder: Path | None) -> str:
+def _unknown_message(model: str, folder: Path | None) -> Message:
     where = (f"its folder {folder} has no config.json model_type or chat template we recognise" if folder
              else "it is not on this machine, so its config.json could not be read "
                   "(download it first with `lf-assistant models download ID`, then try again)")
-    return (f"Cannot tell which model family and chat template {model!r} needs: it is not in the model registry "
+    text = (f"Cannot tell which model family and chat template {model!r} needs: it is not in the model registry "
             f"and {where}. Two ways forward: (1) pick a supported model (`lf-assistant models list`, e.g. "
             "Qwen/Qwen3-4B-Instruct-2507); or (2) keep this model and name its chat template yourself "
             "(template: qwen3, llama3, mistral, gemma3, ... in the config, or --template).")
+    return Message("models.unknown_in_folder" if folder else "models.unknown_not_here", text,
+                   {"model": model, "folder": str(folder) if folder else None})
 
 
 def _check_template_name(template: str | None) -> None:
     names = known_templates()
     if template and names is not None and template not in names:
-        raise ModelError(f"Unknown chat template {template!r}. Known templates: {', '.join(names)}.")
+        text = f"Unknown chat template {template!r}. Known templates: {', '.join(names)}."
+        raise ModelError(text, message=Message("models.unknown_template", text,
+                                               {"template": template, "names": ", ".join(names)}))
 
 
 def resolve_model(model: str, *, template: str | None = None) -> Resolution:
@@ -231,18 +248,24 @@ def resolve_model(model: str, *, template: str | None = None) -> Resolution:
     res = _detect(model, folder)
     if res is None:
         if not template:
-            raise ModelError(_unknown_message(model, folder))
+            message = _unknown_message(model, folder)
+            raise ModelError(message.text, message=message)
         res = Resolution("custom", template, "user", None, detail="chat template named by the user")
     elif template and template != res.template:
-        res.warnings.append(f"template {template!r} overrides {res.template!r} (from {res.detail}): a template that "
-                            "does not match how the model was trained gives garbled or endless answers; keep it "
-                            f"only if the model was trained with {template!r}.")
+        text = (f"template {template!r} overrides {res.template!r} (from {res.detail}): a template that does not "
+                "match how the model was trained gives garbled or endless answers; keep it only if the model was "
+                f"trained with {template!r}.")
+        res.warn(Message("models.template_overrides", text, {"template": template, "detected": res.template,
+                                                              "rule": res.rule}))
         res.template = template
     res.local_path, res.local_complete = folder, local.complete
     base = _base_warning(res, model, folder)
-    res.warnings += [base] if base else []
+    if base:
+        res.warn(base)
     if folder is not None and not local.complete:
-        res.warnings.append(f"The local copy at {folder} is not usable yet: {'; '.join(local.problems[:3])}.")
+        problems = "; ".join(local.problems[:3])
+        res.warn(Message("models.local_copy_unusable", f"The local copy at {folder} is not usable yet: {problems}.",
+                         {"folder": str(folder), "problems": problems}))
     return res
 
 

@@ -1,13 +1,14 @@
 """The zh interface at 80x24 shows no English sentence where the engine supplies the words: the config stage's
-LLaMA-Factory defaults under the diff, the pre-flight's proposal and the parameter help of the edit dialog."""
+LLaMA-Factory defaults under the diff, the pre-flight's proposal and the parameter help of the edit dialog, and
+the model stage's reason a model cannot be used."""
 
 import re
 
 import pytest
-from pilot_helpers import SIZE, make_app, on_screen, wait_until
+from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
 
 # Three plain English words in a row (key names such as learning_rate and values such as cosine stand alone).
-ENGLISH = re.compile(r"(?<![\w<./-])[A-Za-z']{2,}(?:[,;]? [A-Za-z']{2,}){2,}(?![\w>/-])")
+ENGLISH = re.compile(r"(?<![\w<./-])[A-Za-z']{2,}(?: [A-Za-z']{2,}){2,}(?![\w>/-])")
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +89,22 @@ async def test_config_stage_reads_in_chinese(workspace):
                          what="learning_rate's dialog")
         assert app.screen.help_text == "峰值学习率。"
         assert "峰值学习率" in "".join(str(s.render()) for s in app.screen.query(".note"))
+
+
+async def test_model_stage_says_in_chinese_why_a_model_cannot_be_used(workspace):
+    from textual.widgets import Input
+
+    app = make_app(workspace, lang="zh")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts, what="data listed")
+        app.screen.query_one("#datasets").deselect_all()
+        app.screen.query_one("#datasets").select("alpaca_demo")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.state.model_path, what="model")
+        app.screen.query_one("#model-input", Input).value = "acme/mystery-7b"
+        app.screen.query_one("#model-input", Input).focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "无法判断" in messages(app), what="the refusal")
+        said = re.sub(r"`[^`]*`", "", messages(app))  # commands stay commands
+        assert "'acme/mystery-7b'" in said and not ENGLISH.findall(said), ENGLISH.findall(said)

@@ -9,11 +9,12 @@ from assistant import i18n
 
 # Three plain English words in a row: a sentence left untranslated (key names such as learning_rate, values
 # such as `cosine` and names such as LLaMA-Factory stand alone in Chinese text and do not match).
-ENGLISH = re.compile(r"(?<![\w<./-])[A-Za-z']{2,}(?:[,;]? [A-Za-z']{2,}){2,}(?![\w>/-])")
+ENGLISH = re.compile(r"(?<![\w<./-])[A-Za-z']{2,}(?: [A-Za-z']{2,}){2,}(?![\w>/-])")
 
 
 def english_left(text: str) -> list[str]:
-    return ENGLISH.findall(text)
+    """The English sentences in ``text``; a command in backticks is a command, not a sentence."""
+    return ENGLISH.findall(re.sub(r"`[^`]*`", "", text))
 
 
 @pytest.fixture()
@@ -161,3 +162,38 @@ def test_the_proposal_applied_in_the_diff_gives_its_reason_in_chinese(zh):
     i18n.set_language("en")
     (_key, _value, reason), _ = adapt.measured_changes(state)
     assert reason == f"pre-flight: {_measured().reason}"
+
+
+def _model_texts(skill, monkeypatch, tmp_path):
+    """What the model stage says for: a model it cannot tell, an unknown template, a base model with a chat template
+    it overrides, and a registry model neither here nor probed for."""
+    from assistant.wizard.stages import model
+    from assistant.wizard.state import new_state
+    from engine.models.availability import availability
+
+    monkeypatch.chdir(tmp_path)  # no local copies
+    state = new_state()
+    unknown = model.resolve(state, skill, "acme/mystery-7b")
+    bad_template = model.resolve(state, skill, "acme/mystery-7b", template="no-such-template")
+    base = model.resolve(state, skill, "Qwen/Qwen3-0.6B-Base", template="llama3")
+    gone = availability("Qwen/Qwen3-0.6B", models_dir=tmp_path / "models", probe_network=False)
+    assert unknown.code == bad_template.code == "unsupported" and base.ok and not gone.obtainable
+    return unknown.problems + bad_template.problems + base.notes[:2], gone
+
+
+def test_model_stage_reasons_are_chinese_in_zh_and_the_engines_words_in_english(zh, skill, monkeypatch, tmp_path):
+    from engine.errors import ModelError
+    from engine.models.resolve import resolve_model
+
+    texts, gone = _model_texts(skill, monkeypatch, tmp_path)
+    assert len(texts) == 4 and "'acme/mystery-7b'" in texts[0] and "基座模型" in texts[3]
+    assert i18n.t_message(gone.detail_message, gone.detail) == "本机没有（未检测网络）"
+    for text in texts:
+        assert not english_left(text), english_left(text)
+    i18n.set_language("en")
+    texts, gone = _model_texts(skill, monkeypatch, tmp_path)
+    with pytest.raises(ModelError) as unknown:
+        resolve_model("acme/mystery-7b")
+    assert texts[0] == str(unknown.value) and texts[1].startswith("Unknown chat template 'no-such-template'")
+    assert texts[2:] == resolve_model("Qwen/Qwen3-0.6B-Base", template="llama3").warnings
+    assert i18n.t_message(gone.detail_message, gone.detail) == gone.detail

@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.tui.messages import ModelResolved
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.question import QuestionSet
@@ -97,7 +97,8 @@ class ModelScreen(StageScreen):
             how = t(f"model.how.{available.how}", path=available.path or "")
             text = t("model.recommended_real", model=real, how=how)
         else:
-            text = t("model.recommended_demo", model=demo, real=real, why=available.detail)
+            text = t("model.recommended_demo", model=demo, real=real,
+                     why=t_message(available.detail_message, available.detail))
         self.query_one("#recommended", Static).update(escape(text))
 
     def availability_changed(self) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from assistant.i18n import t, t_or
+from assistant.i18n import t, t_message, t_or
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
@@ -113,6 +113,12 @@ def _skill_example(settings: dict, family: str, method: str) -> tuple[Path, str 
     return path, " ".join(notes) or None
 
 
+def warning_words(resolution) -> list[str]:
+    """The resolution's warnings in the interface language (the engine's English where one has no code)."""
+    coded = resolution.warning_messages if len(resolution.warning_messages) == len(resolution.warnings) else []
+    return [t_message(message) for message in coded] if coded else list(resolution.warnings)
+
+
 def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None = None) -> Outcome:
     """Resolve what the user typed; refusals carry code "unsupported" (offer another model or a template),
     "missing_path" (the folder does not exist) or "no_example"."""
@@ -126,7 +132,7 @@ def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None
     try:
         resolution = resolve_model(text, template=template or None)
     except EngineError as exc:
-        return refused(str(exc), code="unsupported")
+        return refused(t_message(exc.message, str(exc)), code="unsupported")
     try:
         example, note = example_for(skill, resolution.family, state.method or "lora")
     except EngineError as exc:
@@ -135,7 +141,7 @@ def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None
     new = state.replace(model=text, family=resolution.family, template=resolution.template,
                         template_rule=resolution.rule, example=str(example), example_note=note,
                         model_path=str(Path(local).resolve()) if local else None, download={})
-    notes = list(resolution.warnings) + ([note] if note else [])
+    notes = warning_words(resolution) + ([note] if note else [])
     return Outcome(new, notes=notes)
 
 
