@@ -88,3 +88,11 @@ def test_answers_and_messages_show_escape_sequences_without_obeying_them():
     for markup in (block, turn):
         assert "\x1b" not in markup and "\x07" not in markup and "\\x1b]52" in markup
         assert "\\[bold]" in markup  # markup in the text stays text
+
+
+def test_table_columns_are_measured_in_terminal_cells():
+    """A Chinese header or value takes two cells a character: the column is as wide as it shows."""
+    from assistant.tui.widgets.dialogs import column_widths
+
+    assert column_widths(["参数", "值"], [["lr", "关闭（会询问）"]]) == [4, 14]
+    assert column_widths(["parameter", "value"], [["lr", "off"]]) == [9, 5]

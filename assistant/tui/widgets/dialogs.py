@@ -30,14 +30,18 @@ def fmt_value(value: Any, key: str = "") -> str:
 
 
 def column_widths(columns: list[str], rows: list[list[Any]]) -> list[int]:
-    """Each column's widest cell (the header included): what it takes unfolded."""
-    return [max(len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
+    """Each column's widest cell (the header included), in terminal cells (a CJK character takes two): what it
+    takes unfolded."""
+    from rich.cells import cell_len
+
+    return [max(cell_len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
 
 
 def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None,
                width: int | None = None) -> None:
     """Rows of (name, value). With `width` (the table's), the last column takes what the others leave and a long
     value (a path) wraps onto more lines of its row instead of being cut at the edge."""
+    from rich.cells import cell_len
     from rich.text import Text
 
     table.clear(columns=True)
@@ -57,7 +61,7 @@ def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys
         table.add_column(name, width=widths[index])
     for index, row in enumerate(rows):
         cells = [str(cell) for cell in row]
-        lines = max(max(1, -(-len(cell) // size)) for cell, size in zip(cells, widths))
+        lines = max(max(1, -(-cell_len(cell) // size)) for cell, size in zip(cells, widths))
         table.add_row(*[Text(cell, overflow="fold") for cell in cells], height=lines,
                       key=keys[index] if keys else None)
 
