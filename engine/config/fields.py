@@ -130,6 +130,21 @@ def choice_problem(f: dataclasses.Field, value: Any) -> str | None:
     return None
 
 
+def alone_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """Why ``value`` lists a name that must stand alone beside others (``report_to: tensorboard,none``: the
+    Trainer refuses "none" among trackers; ``lora_target: all,q_proj`` would adapt q_proj only in LLaMA-Factory)."""
+    alone = f.metadata.get("alone") or ()
+    items = _items(f, value) if isinstance(value, str) else []
+    if len(items) < 2:
+        return None
+    for name in alone:
+        if name in items:
+            others = ", ".join(i for i in items if i != name)
+            return (f"{f.name}: {name} stands alone and cannot be listed with {short_repr(others, 60)}; write "
+                    f"{f.name}: {name}, or only the names.")
+    return None
+
+
 def range_problem(f: dataclasses.Field, value: Any) -> str | None:
     """Why a numeric ``value`` is out of field ``f``'s declared range (non-finite numbers never are in range)."""
     bounds = f.metadata.get("bounds")
@@ -147,7 +162,7 @@ def field_problems(config: Any) -> list[str]:
     problems = []
     for f in public_fields(config):
         value = getattr(config, f.name)
-        problem = choice_problem(f, value) or range_problem(f, value)
+        problem = choice_problem(f, value) or alone_problem(f, value) or range_problem(f, value)
         if problem:
             problems.append(problem)
     return problems

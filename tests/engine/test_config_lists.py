@@ -71,8 +71,19 @@ def test_interleave_probs_list_holds_numbers():
 def test_an_override_written_as_a_list_is_a_list():
     assert parse_overrides(["report_to=[wandb,tensorboard]", "dataset=a,b"]) == {
         "report_to": ["wandb", "tensorboard"], "dataset": "a,b"}
-    cfg = engine.load_config(DATA, "report_to=[tensorboard, none]", "dataset=[identity,alpaca_demo]")
-    assert (cfg.report_to, cfg.dataset) == ("tensorboard,none", "identity,alpaca_demo")
+    cfg = engine.load_config(DATA, "report_to=[tensorboard]", "dataset=[identity, alpaca_demo]")
+    assert (cfg.report_to, cfg.dataset) == ("tensorboard", "identity,alpaca_demo")
     assert not [p for p in engine.validate(cfg) if p.startswith("report_to")]
+
+
+@pytest.mark.parametrize("key, value, alone", [("report_to", "tensorboard,none", "none"),
+                                               ("report_to", "all,wandb", "all"),
+                                               ("lora_target", "all,q_proj", "all"),
+                                               ("freeze_trainable_modules", "self_attn,all", "all")])
+def test_a_name_that_stands_alone_is_refused_beside_others(key, value, alone):
+    """None of these is what it reads as: the Trainer raises on "none" among trackers, LLaMA-Factory adapts only
+    q_proj for "all,q_proj" and trains every module for "self_attn,all"."""
+    problems = engine.validate(engine.load_config(DATA, f"{key}={value}"))
+    assert any(p.startswith(f"{key}: {alone} stands alone") for p in problems), problems
     with pytest.raises(ConfigError, match=r"max_steps: expected int, got \[1, 2\]"):
         engine.load_config(DATA, "max_steps=[1,2]")

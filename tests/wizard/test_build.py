@@ -125,8 +125,10 @@ def test_user_edit_is_user_specified_and_editing_back_removes_the_row(ready, ski
     assert not config_stage.apply_edit(ready, "lr_scheduler_type", "sawtooth").ok
     assert config_stage.apply_edit(ready, "bf16", "true").state.edits == {"bf16": True}
     # keys that take several names: each is checked, in either spelling; a bad one is still refused
-    for typed in ("tensorboard,none", "[tensorboard, none]"):
-        assert config_stage.apply_edit(ready, "report_to", typed).state.edits == {"report_to": "tensorboard,none"}
+    for typed in ("tensorboard,wandb", "[tensorboard, wandb]"):
+        assert config_stage.apply_edit(ready, "report_to", typed).state.edits == {"report_to": "tensorboard,wandb"}
+    alone = config_stage.apply_edit(ready, "report_to", "tensorboard,none")  # the Trainer refuses "none" among them
+    assert not alone.ok and "none stands alone" in alone.problems[0]
     assert not config_stage.apply_edit(ready, "report_to", "tensorboard,bogus").ok
     assert not config_stage.apply_edit(ready, "learning_rate", "-1").ok  # out of range, said at once
     assert not config_stage.apply_edit(ready, "lora_rank", "[" * 100_000).ok  # refused, not a RecursionError

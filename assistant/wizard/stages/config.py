@@ -119,13 +119,13 @@ def apply_edit(state: WizardState, key: str, raw: str) -> Outcome:
         return refused(str(exc))
     typed = getattr(config, key)
     # the engine's own rule for the field's choices and range (several names each checked: report_to a,b)
-    from engine.config.fields import choice_problem, range_problem
+    from engine.config.fields import alone_problem, choice_problem, range_problem
 
     field_ = next(f for f in dataclasses.fields(config) if f.name == key)
     if choice_problem(field_, typed):
         choices = ", ".join(map(str, field_.metadata["choices"]))
         return refused(t("config.bad_choice", key=key, value=typed, choices=choices))
-    problem = range_problem(field_, typed)
+    problem = alone_problem(field_, typed) or range_problem(field_, typed)
     if problem:
         return refused(problem)
     edits = dict(state.edits, **{key: typed})
