@@ -7,14 +7,50 @@ import os
 import tempfile
 from pathlib import Path
 
+from typing import Any
+
 from engine.filemodes import mode_for_replacement
+
+MAX_DEPTH = 64
+"""Nesting limit for JSON read from disk: real rows and records nest 3-5 levels (row -> messages -> message -> parts)."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when lists/dicts nest more than `limit` levels (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            items = item.values()
+        elif isinstance(item, (list, tuple)):
+            items = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in items if isinstance(child, (dict, list, tuple)))
+    return False
+
+
+def loads_json(text: str, max_depth: int = MAX_DEPTH) -> Any:
+    """json.loads for text from disk or from a data field: nesting deeper than `max_depth` (or too deep for the
+    parser) is a json.JSONDecodeError like any other broken JSON, with the message "nested more than N levels
+    deep", never a RecursionError, and never a value deep enough to overflow code that walks it afterwards."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        value = None
+    else:
+        if not too_deep(value, max_depth):
+            return value
+    raise json.JSONDecodeError(f"nested more than {max_depth} levels deep", text, 0) from None
 
 
 def read_json_dict(path: str | Path) -> dict:
-    """The file's JSON object, or {} when it is missing, unreadable, invalid or not an object."""
+    """The file's JSON object, or {} when it is missing, unreadable, invalid, too deep or not an object."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = loads_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 

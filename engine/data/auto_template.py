@@ -12,10 +12,9 @@ named templates (engine.data.special_tokens), unless allowed.
 
 from __future__ import annotations
 
-import json
-
 from engine.data.special_tokens import control_pattern, control_tokens, encode_marked, is_marked, mark_control_strings
 from engine.errors import DataError
+from engine.jsonio import loads_json
 
 _HF_ROLES = {"user": "user", "assistant": "assistant", "function_call": "assistant", "function": "assistant",
              "observation": "tool", "tool": "tool"}
@@ -69,7 +68,7 @@ class TokenizerTemplate:
 
     def _render(self, messages: list[dict], system: str | None, tools: str | None,
                 add_generation_prompt: bool = False) -> str:
-        kwargs = {"tools": json.loads(tools)} if tools else {}
+        kwargs = {"tools": loads_json(tools)} if tools else {}
         if self.enable_thinking is not True:
             kwargs["enable_thinking"] = False
         system = system or self.default_system or None

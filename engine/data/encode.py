@@ -12,6 +12,8 @@ no trained token are dropped and counted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -73,6 +75,17 @@ def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int
     return new_source, new_target
 
 
+@contextmanager
+def row_errors(example: dict) -> Iterator[None]:
+    """A DataError the template raises on one row (a function call that is not JSON, say) names that row."""
+    try:
+        yield
+    except DataError as exc:
+        name, _, row = str(example.get("source") or "").rpartition(":")
+        where = f"{name}: row {row}" if name and row.isdigit() else "a row"
+        raise DataError(f"{where}: {exc} Fix or remove that row in the data file.") from None
+
+
 def encode_supervised(examples: list[dict], tokenizer, template, cutoff_len: int, *, train_on_prompt: bool = False,
                       mask_history: bool = False) -> EncodedSamples:
     """[{"input_ids", "labels"}] for SFT; `.dropped` / `.truncated` on the result say what happened to the rows."""
@@ -83,8 +96,9 @@ def encode_supervised(examples: list[dict], tokenizer, template, cutoff_len: int
     counts = _Counts()
     samples = []
     for example in examples:
-        pairs = template.encode_turns(tokenizer, example["messages"], example.get("system"), example.get("tools"),
-                                      mask_history=mask_history)
+        with row_errors(example):
+            pairs = template.encode_turns(tokenizer, example["messages"], example.get("system"),
+                                          example.get("tools"), mask_history=mask_history)
         input_ids, labels, cut = _encode_pairs(pairs, template.eos_token_id(tokenizer), template, cutoff_len,
                                                train_on_prompt, mask_history)
         if all(label == IGNORE_INDEX for label in labels):
@@ -144,8 +158,9 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
         if "chosen" not in example or "rejected" not in example:
             raise DataError(f"{example.get('source', 'an example')} has no chosen/rejected answers; DPO needs a "
                             "preference dataset (\"ranking\": true in dataset_info.json).")
-        prompt_ids, chosen_ids = _last_turn(tokenizer, template, example, example["chosen"])
-        _, rejected_ids = _last_turn(tokenizer, template, example, example["rejected"])
+        with row_errors(example):
+            prompt_ids, chosen_ids = _last_turn(tokenizer, template, example, example["chosen"])
+            _, rejected_ids = _last_turn(tokenizer, template, example, example["rejected"])
         extra = 1 if template.efficient_eos else 0
         eos_id = template.eos_token_id(tokenizer)
         longest = max(len(chosen_ids), len(rejected_ids))

@@ -7,7 +7,7 @@ on it only through drift.
 
 from __future__ import annotations
 
-from engine.data.encode import IGNORE_INDEX, EncodedSamples, _check_cutoff, _last_turn, infer_seqlen
+from engine.data.encode import IGNORE_INDEX, EncodedSamples, _check_cutoff, _last_turn, infer_seqlen, row_errors
 from engine.errors import DataError
 
 
@@ -35,7 +35,8 @@ def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
         prompt_only = {**example, "messages": example["messages"][:-1]}
         encoded = {}
         for prefix, answer in (("", answers[index]), ("kl_", answers[partner[index]])):
-            prompt_ids, answer_ids = _last_turn(tokenizer, template, prompt_only, answer)
+            with row_errors(example):
+                prompt_ids, answer_ids = _last_turn(tokenizer, template, prompt_only, answer)
             answer_ids = answer_ids + ([tokenizer.eos_token_id] if extra else [])
             source_len, target_len = infer_seqlen(len(prompt_ids), len(answer_ids), cutoff_len)
             truncated += int(prefix == "" and (source_len < len(prompt_ids) or target_len < len(answer_ids)))

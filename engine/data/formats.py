@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from engine.data.registry import DatasetSpec
-from engine.data.text import shorten
+from engine.data.text import loads_json, shorten
 from engine.errors import DataError
 
 TOOL_RESPONSE_JOIN = "\n</tool_response>\n<tool_response>\n"  # LF joins consecutive tool results with it
@@ -329,7 +329,7 @@ def _tools_text(record: dict, column: str | None, where: str) -> str | None:
     if not isinstance(value, str):
         raise RowError(where, column, f"{column!r} must be a JSON list of tool descriptions.")
     try:
-        json.loads(value)
+        loads_json(value)
     except json.JSONDecodeError as exc:
         raise RowError(where, column, f"{column!r} is not valid JSON ({exc.msg}); tools are a JSON list of "
                        "function descriptions.") from None
@@ -340,7 +340,7 @@ def _maybe_json(value: Any) -> Any:
     """CSV cells hold nested lists as JSON text; decode them when they look like a list."""
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
-            return json.loads(value)
+            return loads_json(value)
         except json.JSONDecodeError:
             return value
     return value

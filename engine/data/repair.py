@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.data.formats import (ASSISTANT_SIDE, FUNCTION, OBSERVATION, ROLE_ALIASES, TOOL_RESPONSE_JOIN, USER,
                                  USER_SIDE)
+from engine.data.text import loads_json
 
 ALPACA_FIELDS: dict[str, tuple[str, ...]] = {
     "instruction": ("instruction", "prompt", "question"),
@@ -145,7 +146,7 @@ def _tool_call(call: dict) -> dict:
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = loads_json(arguments)
         except json.JSONDecodeError:
             pass
     return {"name": function.get("name"), "arguments": arguments}

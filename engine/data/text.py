@@ -13,8 +13,7 @@ import re
 import reprlib
 from typing import Any
 
-MAX_DEPTH = 64
-"""Nesting limit for one row: real rows nest 3-5 levels (row -> messages -> message -> content parts)."""
+from engine.jsonio import MAX_DEPTH, loads_json, too_deep  # noqa: F401 - this module's readers' depth rules
 
 # C0 controls except tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), the bidi overrides and isolates
 # that reorder what the reader sees, line/paragraph separators, and lone surrogates.
@@ -56,23 +55,6 @@ def first_surrogate(text: str) -> int | None:
     """The position of the first lone surrogate in `text` (text no UTF-8 writer can encode), or None."""
     match = _SURROGATE.search(text)
     return match.start() if match else None
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """True when lists/dicts nest more than `limit` levels (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            items = item.values()
-        elif isinstance(item, (list, tuple)):
-            items = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in items if isinstance(child, (dict, list, tuple)))
-    return False
 
 
 def find_bad_text(value: Any) -> tuple[str, str, int] | None:

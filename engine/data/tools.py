@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.data.tool_formats_gemma4 import gemma4_calls, gemma4_tools
 from engine.errors import DataError
+from engine.jsonio import loads_json
 
 TOOL_FORMATS: tuple[str, ...] = ("default", "gemma4", "glm4", "glm4_moe", "lfm2", "ling", "llama3", "minimax1",
                                  "minimax2", "mistral", "qwen", "qwen3_5", "seed_oss")
@@ -258,6 +259,6 @@ def _argument_dict(args: Any, name: str) -> dict:
 
 def _load(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_json(text)
     except (json.JSONDecodeError, TypeError) as exc:
-        raise DataError(f"The {what} is not valid JSON ({exc}): {str(text)[:80]!r}.") from None
+        raise DataError(f"The {what} is not valid JSON ({getattr(exc, 'msg', exc)}): {str(text)[:80]!r}.") from None

@@ -155,3 +155,49 @@ def test_dataset_info_with_duplicate_names_or_deep_nesting_is_refused(tmp_path, 
         (folder / "dataset_info.json").write_text(text)
         result = _run("train", config, "--check")
         assert result.exit_code == 2 and said in result.output, result.output
+
+
+DEEP = "[" * 50_000 + "]" * 50_000  # JSON text too deep for Python's parser (a RecursionError once)
+
+
+def _tool_rows(tools: str = "", call: str = '{"name": "f", "arguments": {}}') -> list[dict]:
+    turns = [{"from": "human", "value": "hi"}, {"from": "function_call", "value": call},
+             {"from": "observation", "value": "ok"}, {"from": "gpt", "value": "done"}]
+    return [{"conversations": turns, **({"tools": tools} if tools else {})}]
+
+
+def test_json_text_nested_too_deep_inside_a_field_is_a_row_problem(tmp_path):
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(_tool_rows(tools=DEEP)))
+    result = _run("data", "check", tools)
+    assert result.exit_code == 1 and "'tools' is not valid JSON (nested more than 64 levels deep)" in result.output, \
+        result.output
+    cell = tmp_path / "cell.csv"  # a CSV cell holding a list is read as JSON
+    cell.write_text('instruction,output,history\nhi,yo,"' + "[" * 20_000 + "]" * 20_000 + '"\n')
+    result = _run("data", "check", cell)
+    assert result.exit_code == 1 and "'history' must be a list" in result.output, result.output
+    calls = tmp_path / "calls.json"  # --fix reads an openai tool call's arguments text as JSON
+    calls.write_text(json.dumps([{"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": DEEP}}]},
+        {"role": "tool", "content": "ok"}, {"role": "assistant", "content": "done"}]}]))
+    result = _run("data", "check", calls, "--fix", tmp_path / "fixed.json")
+    assert result.exit_code == 0 and "wrote 1 of 1 rows" in result.output, result.output
+
+
+@pytest.mark.parametrize("call", [DEEP, '{"name": "f", "arguments": ' + DEEP + "}", '{"name": "f", '],
+                         ids=["deep", "deep arguments", "cut short"])
+def test_a_function_call_that_is_not_json_is_refused_naming_its_row(call, tmp_path, demo_model_dir):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "calls.json").write_text(json.dumps(_tool_rows() + _tool_rows(call=call)))
+    (folder / "dataset_info.json").write_text(json.dumps(
+        {"calls": {"file_name": "calls.json", "formatting": "sharegpt"}}))
+    config = tmp_path / "train.yaml"
+    config.write_text(f"model_name_or_path: {demo_model_dir}\ndataset_dir: {folder}\ndataset: calls\ntemplate: qwen\n"
+                      f"finetuning_type: lora\ncutoff_len: 64\nmax_steps: 2\noutput_dir: {tmp_path / 'out'}\n")
+    for args in (["data", "preview", config], ["train", config, "--runs-dir", tmp_path / "runs"]):
+        result = _run(*args)
+        assert result.exit_code != 0, result.output
+        assert "calls: row 2: The function call is not valid JSON" in result.output, result.output
+        assert "Fix or remove that row" in result.output, result.output
