@@ -55,6 +55,57 @@ def read_json_dict(path: str | Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+MAX_RECORD_BYTES = 1 << 20
+"""A record lf-assistant writes beside a model or into a run folder is under a few KB; a far bigger one is not ours."""
+
+_KINDS = {str: "text", bool: "true or false", int: "a whole number", float: "a number", list: "a list",
+          dict: "an object", type(None): "null"}
+
+
+def kind_words(value: Any) -> str:
+    """What a JSON value is, in words: "text", "a list", "a number" ..."""
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # a bool is an int to isinstance; never to a record
+        return bool in kinds
+    return isinstance(value, kinds) and not (isinstance(value, float) and value != value)  # NaN is no value
+
+
+def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *, fix: str,
+                error: type[Exception] = ValueError) -> dict | None:
+    """A JSON object lf-assistant wrote (a record beside a model, in a run folder), checked before it is trusted:
+    None when there is no such file; `error` naming the file (and the field) and ending with `fix` when it cannot be
+    read, is not JSON, nests too deep, is not an object, or a listed field has another type (null counts as the
+    field being absent). Fields not listed are kept as they are."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(MAX_RECORD_BYTES + 1)
+        if len(raw) > MAX_RECORD_BYTES:
+            raise error(f"{path} is larger than {MAX_RECORD_BYTES >> 20} MB, far larger than the record lf-assistant "
+                        f"writes there. {fix}")
+        data = loads_json(raw.decode("utf-8"))
+    except OSError as exc:
+        raise error(f"{path} cannot be read ({exc.strerror or exc}). {fix}") from None
+    except UnicodeDecodeError:
+        raise error(f"{path} is not UTF-8 text, so not the record lf-assistant writes there. {fix}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{path} is not valid JSON ({exc.msg}). {fix}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path} must hold a JSON object, not {kind_words(data)}. {fix}")
+    for name, kinds in fields.items():
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        value = data.get(name)
+        if value is not None and not _fits(value, kinds):
+            wanted = " or ".join(dict.fromkeys(_KINDS.get(kind, kind.__name__) for kind in kinds))
+            raise error(f"{path}: the field {name!r} must be {wanted}, not {kind_words(value)}. {fix}")
+    return data
+
+
 def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> None:
     """Write through a temp file in the same folder, then os.replace: readers see the old file or the new one.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from engine.errors import ConfigError, ModelError
 from engine.inference.config import ADAPTER_METHODS
 from engine.models.cache import checkpoint_is_quantized  # noqa: F401 - export asks it here
-from engine.jsonio import read_json_dict as _read_json
+from engine.jsonio import read_json_dict as _read_json, read_record
 
 TRAINING_INFO_FILE = "lfa_training.json"  # written by engine.training.setup.write_training_info
 EXPORT_INFO_FILE = "lfa_export.json"  # written by engine.export.run
@@ -43,17 +43,37 @@ class ModelPlan:
     notes: list[str] = field(default_factory=list)
 
 
+_TRAINING_FIELDS = {"base_model": str, "finetuning_type": str, "template": str, "stage": str, "run_id": str,
+                    "continued_adapter": str}
+_EXPORT_FIELDS = {"base_model": str, "template": str}
+
+
+def _record_fix(path: Path) -> str:
+    writer = "training" if path.name == TRAINING_INFO_FILE else "export"
+    return (f"The file is damaged: {writer} writes it, so run the {writer} again, or delete {path} to go on "
+            "without it (the config's template is then used unchecked).")
+
+
 def read_training_info(folder: str | Path) -> dict | None:
     """The training record of an output folder, or None (no record, or not a local folder).
 
     An exported model carries its template in lfa_export.json instead, so the guard also covers exports.
-    (engine.training.setup has a reader too, but importing it imports torch.)
+    A record that is there but damaged (not JSON, a field of the wrong type) is refused with a ConfigError naming it:
+    the template guard must not quietly stand down.
     """
     folder = Path(folder).expanduser()
-    info = _read_json(folder / TRAINING_INFO_FILE)
+    if not folder.is_dir():
+        return None
+    path = folder / TRAINING_INFO_FILE
+    info = read_record(path, _TRAINING_FIELDS, fix=_record_fix(path), error=ConfigError)
+    continued = (info or {}).get("continued_adapter")
+    if continued and Path(continued).expanduser().resolve() == folder.resolve():
+        raise ConfigError(f"{path}: the field 'continued_adapter' names this same folder, which no training "
+                          f"writes. {_record_fix(path)}")
     if info:
         return info
-    export = _read_json(folder / EXPORT_INFO_FILE)
+    path = folder / EXPORT_INFO_FILE
+    export = read_record(path, _EXPORT_FIELDS, fix=_record_fix(path), error=ConfigError) or {}
     if export.get("template"):
         return {"template": export["template"], "base_model": export.get("base_model"), "exported": True}
     return None

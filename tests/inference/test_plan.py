@@ -110,6 +110,44 @@ def test_template_guard_covers_every_adapter(tmp_path):
         plan_model("base", [str(qw), str(unrecorded)], "llama3")
 
 
+@pytest.mark.parametrize("record, said", [
+    ({"template": ["qwen"]}, "the field 'template' must be text, not a list"),
+    ({"template": {"a": 1}}, "the field 'template' must be text, not an object"),
+    ({"template": 5}, "the field 'template' must be text, not a whole number"),
+    ({"template": "qwen", "finetuning_type": ["full"]}, "the field 'finetuning_type' must be text, not a list"),
+    ({"template": "qwen", "base_model": float("nan")}, "the field 'base_model' must be text, not a number"),
+    ({"template": "qwen", "continued_adapter": {"x": []}}, "the field 'continued_adapter' must be text, not an obj"),
+    ({"template": "qwen", "continued_adapter": "SELF"}, "the field 'continued_adapter' names this same folder"),
+    (["qwen"], "must hold a JSON object, not a list"),
+    ("[" * 100_000 + "]" * 100_000, "is not valid JSON (nested more than 64 levels deep)"),
+    ('{"template": "qwen"', "is not valid JSON (Expecting"),
+], ids=["list", "object", "number", "method", "nan", "continued", "continued-self", "top-list", "deep", "cut-short"])
+def test_a_damaged_training_record_is_refused_naming_the_file_and_the_field(record, said, tmp_path):
+    """lfa_training.json is read from disk: a wrong type there is a clear refusal, never a TypeError or a template
+    guard that quietly stands down."""
+    adapter = fake_adapter(tmp_path / "adapter")
+    record = json.loads(json.dumps(record).replace('"SELF"', json.dumps(str(adapter)))) \
+        if not isinstance(record, str) else record
+    path = adapter / "lfa_training.json"
+    path.write_text(record if isinstance(record, str) else json.dumps(record))
+    for run in (lambda: plan_model("base", [str(adapter)], "qwen"), lambda: plan_model("base", [str(adapter)], None)):
+        with pytest.raises(ConfigError) as refused:
+            run()
+        message = str(refused.value)
+        assert message.startswith(str(path)) and said in message, message
+        assert f"delete {path} to go on without it" in message, message
+
+
+def test_a_damaged_export_record_is_refused_naming_the_file(tmp_path):
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    (exported / "config.json").write_text("{}")
+    (exported / "lfa_export.json").write_text(json.dumps({"template": ["qwen"], "base_model": "b"}))
+    with pytest.raises(ConfigError, match=r"lfa_export.json: the field 'template' must be text, not a list\. .*run "
+                                          r"the export again"):
+        plan_model(str(exported), [], "qwen")
+
+
 def test_full_output_never_takes_an_adapter(tmp_path):
     full = fake_full_output(tmp_path / "full")
     adapter = fake_adapter(tmp_path / "adapter")
