@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import time
@@ -28,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.jsonio import read_json_dict, write_text_atomic
+from engine.jsonio import loads_json, read_json_dict, write_text_atomic
 from engine.runstatus import RunStatus, load_status_file, read_status, strict_json
 
 DEFAULT_RUNS_DIR = Path("lf_runs")
@@ -63,7 +64,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def read_jsonl(path: Path) -> list[dict]:
     """Every complete line of a JSONL file that is a JSON object; a half-written last line (a crash mid-append,
-    maybe inside a multi-byte character) and anything else that is not an object are skipped."""
+    maybe inside a multi-byte character), a line nested too deep or with a number too long to read, and anything
+    else that is not an object are skipped."""
     if not path.is_file():
         return []
     rows = []
@@ -73,12 +75,20 @@ def read_jsonl(path: Path) -> list[dict]:
             if not line:
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = loads_json(line)
+            except ValueError:  # not JSON, too deep, or an integer past Python's 4300 digits
                 continue
             if isinstance(row, dict):
                 rows.append(row)
     return rows
+
+
+def _is_metric_value(value: Any) -> bool:
+    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _metric_value(value: Any) -> int | float | None:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 @dataclass
@@ -174,11 +184,14 @@ class RunDir:
 
     def read_metrics(self) -> list[dict]:
         """Metric rows in step order. A resumed run logs again the steps after its checkpoint: the later row of a
-        step replaces the earlier one (training and eval rows separately), so charts never count a step twice."""
+        step replaces the earlier one (training and eval rows separately), so charts never count a step twice.
+        Every value is a number or None, as training writes them: anything else in an edited or damaged file (text,
+        a list, true) is left out, and NaN or infinity reads as None."""
         kinds: dict[bool, list[dict]] = {False: [], True: []}
         for row in read_jsonl(self.metrics_path):
+            row = {key: _metric_value(value) for key, value in row.items() if _is_metric_value(value)}
             step = row.get("step")
-            if not isinstance(step, int) or isinstance(step, bool):
+            if not isinstance(step, int):
                 continue
             rows = kinds["eval_loss" in row]
             while rows and rows[-1]["step"] >= step:

@@ -215,6 +215,11 @@ def _fits(value: Any, annotation: str) -> bool:
     """Whether a JSON value fits a field's annotation (the annotations are strings under postponed evaluation)."""
     if value is None:
         return "None" in annotation
+    if "list[str]" in annotation:  # notes, command: text the CLI and the TUI print
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if "dict[str, float]" in annotation:  # final_metrics: numbers the summaries format
+        return isinstance(value, dict) and all(_fits(item, "float") and _plausible("", item)
+                                               for item in value.values())
     if "list" in annotation:
         return isinstance(value, list)
     if "dict" in annotation:

@@ -122,6 +122,45 @@ def test_a_half_written_multibyte_character_or_a_foreign_line_is_skipped(tmp_pat
     assert run.summary()["final_loss"] is None  # the listing still reads the run
 
 
+def test_a_metrics_line_too_deep_or_with_a_number_too_long_is_skipped(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    run.status_path.write_text(json.dumps({"state": "completed"}))
+    deep = "[" * 100_000 + "]" * 100_000  # a RecursionError in `runs` once
+    run.metrics_path.write_text('{"step": 1, "loss": 2.0}\n' + deep + '\n{"step": 2, "loss": ' + deep + "}\n"
+                                '{"step": 3, "loss": ' + "9" * 5000 + "}\n")  # a ValueError (4300 digits) once
+    assert read_jsonl(run.metrics_path) == [{"step": 1, "loss": 2.0}]
+    assert run.summary()["final_loss"] == 2.0
+
+
+def test_a_metric_that_is_not_a_number_is_left_out(tmp_path):
+    """Charts and summaries do arithmetic on every metric: an edited metrics.jsonl cannot hand them text or lists."""
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    run.status_path.write_text(json.dumps({"state": "completed"}))
+    run.metrics_path.write_text('{"step": 1, "loss": 2.0, "grad_norm": "big"}\n{"step": "2", "loss": 1.0}\n'
+                                '{"step": true, "loss": 1.0}\n{"step": 3, "loss": [1.0], "epoch": {}}\n'
+                                '{"step": 4, "loss": NaN, "eval_loss": Infinity}\n{"step": 5, "loss": "abc"}\n')
+    rows = run.read_metrics()
+    assert rows == [{"step": 1, "loss": 2.0}, {"step": 3}, {"step": 4, "loss": None, "eval_loss": None}, {"step": 5}]
+    assert run.summary()["final_loss"] == 2.0
+
+
+def test_status_text_lists_hold_text_and_final_metrics_numbers(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    nested = json.loads("[" * 500 + "]" * 500)
+    run.status_path.write_text(json.dumps({"state": "completed", "notes": [nested], "command": ["lfa", 1],
+                                           "final_metrics": {"a": nested}, "loss": 1.5}))
+    status = run.read_status()
+    assert status.notes == [] and status.command is None and status.final_metrics == {} and status.loss == 1.5
+    run.status_path.write_text('{"state": "completed", "notes": ["ok"], "final_metrics": {"a": 0.5, "b": NaN}}')
+    status = run.read_status()
+    assert status.notes == ["ok"] and status.final_metrics == {}
+    run.status_path.write_text(json.dumps({"state": "completed", "final_metrics": {"a": 0.5, "b": 2}}))
+    assert run.read_status().final_metrics == {"a": 0.5, "b": 2}
+
+
 def test_acting_on_a_run_takes_its_whole_id(tmp_path):
     from engine.errors import EngineError
     from engine.rundir import find_run
