@@ -35,11 +35,16 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
 def loads_json(text: str, max_depth: int = MAX_DEPTH) -> Any:
     """json.loads for text from disk or from a data field: nesting deeper than `max_depth` (or too deep for the
     parser) is a json.JSONDecodeError like any other broken JSON, with the message "nested more than N levels
-    deep", never a RecursionError, and never a value deep enough to overflow code that walks it afterwards."""
+    deep", never a RecursionError, and never a value deep enough to overflow code that walks it afterwards. An
+    integer past Python's 4300-digit limit is a json.JSONDecodeError too."""
     try:
         value = json.loads(text)
     except RecursionError:
         value = None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # Python's int-from-str limit
+        raise json.JSONDecodeError("a number is too long to read (more than 4300 digits)", text, 0) from None
     else:
         if not too_deep(value, max_depth):
             return value

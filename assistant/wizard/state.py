@@ -7,7 +7,7 @@ can be reopened with `lf-assistant --resume RUN_ID` at the stage where the user 
 from __future__ import annotations
 
 import dataclasses
-import json
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.jsonio import kind_words, read_record
 from engine.rundir import new_run_id, runs_root, write_json_atomic
 
 STATE_FILE = "state.json"
@@ -121,15 +122,80 @@ class WizardState:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WizardState:
-        """Rebuild a state; keys from a newer version are dropped rather than failing the resume."""
-        if not isinstance(data, dict) or "run_id" not in data:
-            raise ConfigError("state.json is not a wizard state (no run_id). Start a new run instead.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def from_dict(cls, data: dict[str, Any], source: str = STATE_FILE) -> WizardState:
+        """Rebuild a state; keys from a newer version are dropped rather than failing the resume. The data was read
+        from disk: an answer of another type than the field's (a list where text belongs) is refused, naming it."""
+        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+            raise ConfigError(f"{source} is not a wizard state (no run_id). Start a new run instead.")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        for name, value in values.items():
+            annotation = str(fields[name].type)
+            if not _fits(value, annotation):
+                raise ConfigError(f"{source}: the answer {name!r} must be {_words(annotation)}, not "
+                                  f"{_found(value, annotation)}; the file is damaged. Start a new run (the old folder is "
+                                  "left as it is).")
+        return cls(**values)
 
     def replace(self, **changes: Any) -> WizardState:
         return dataclasses.replace(self, **changes)
+
+
+_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "bool": bool, "int": int, "float": (int, float),
+                                              "dict": dict, "list": list, "Any": object}
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field's annotation ("str | None", "list[dict]", "dict[str, float]" ...)."""
+    for option in (part.strip() for part in annotation.split("|")):
+        if option == "None":
+            if value is None:
+                return True
+            continue
+        outer, _, inner = option.partition("[")
+        inner = inner[:-1]
+        kinds = _KINDS.get(outer, object)
+        if isinstance(value, bool) and outer not in ("bool", "Any"):
+            continue  # true is an int to isinstance, never a count or a name here
+        if not isinstance(value, kinds):
+            continue
+        if outer == "list" and inner and not all(_fits(item, inner) for item in value):
+            continue
+        if outer == "dict" and inner:
+            item_type = inner.split(",", 1)[1].strip()
+            if not all(isinstance(key, str) and _fits(item, item_type) for key, item in value.items()):
+                continue
+        return True
+    return False
+
+
+def _words(annotation: str) -> str:
+    """An annotation in words: "list[str] | None" -> "a list of text items or null"."""
+    words = {"str": "text", "bool": "true or false", "int": "a whole number", "float": "a number", "None": "null",
+             "dict": "an object", "list": "a list", "Any": "any value"}
+    said = []
+    for option in (part.strip() for part in annotation.split("|")):
+        outer, _, inner = option.partition("[")
+        item = inner[:-1].split(",", 1)[-1].strip()
+        item_words = _words(item).removeprefix("a ").removeprefix("an ") if item else ""
+        if outer == "list" and item:
+            said.append(f"a list of {item_words} items")
+        elif outer == "dict" and item and item != "Any":
+            said.append(f"an object of {item_words} values")
+        else:
+            said.append(words.get(outer, outer))
+    return " or ".join(said)
+
+
+def _found(value: Any, annotation: str) -> str:
+    """What a value that did not fit is, in words: "text", or "a list holding a number" when only its items are off."""
+    outer_fits = _fits(value, re.sub(r"\[.*?\]+", "", annotation))
+    items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else []
+    if not outer_fits or not items:
+        return kind_words(value)
+    item_type = annotation.partition("[")[2].split("]")[0].split(",", 1)[-1].strip()
+    odd = next((item for item in items if not _fits(item, item_type)), items[0])
+    return f"{kind_words(value)} holding {kind_words(odd)}"
 
 
 def new_state(*, lang: str | None = None, now: datetime | None = None,
@@ -161,14 +227,11 @@ def save_state(state: WizardState, runs_dir: str | Path | None = None) -> Path:
 def load_state(run_folder: str | Path) -> WizardState:
     """The state saved in a run folder; ConfigError when missing or unreadable."""
     path = Path(run_folder) / STATE_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data = read_record(path, {}, fix="Start a new run; the old folder is left as it is.", error=ConfigError)
+    if data is None:
         raise ConfigError(f"{path} does not exist: the run was not started from the guided assistant, so there "
-                          "is nothing to resume there. Use `lf-assistant resume-train RUN_ID` for a plain run.") from None
-    except (OSError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path} cannot be read ({exc}). Start a new run; the old folder is left as it is.") from None
-    state = WizardState.from_dict(data)
+                          "is nothing to resume there. Use `lf-assistant resume-train RUN_ID` for a plain run.")
+    state = WizardState.from_dict(data, str(path))
     # The file is read from disk: its run id must be its own folder's (everything the wizard writes goes to
     # runs/<run_id>, so another id would write into another run, or outside the runs folder).
     folder = Path(run_folder).resolve().name  # `--resume .` or a link name the folder too

@@ -112,8 +112,48 @@ def test_a_state_file_cannot_send_the_wizard_elsewhere(workspace):
     for device in ({"platform": "cuda", "indices": ["0;touch /tmp/pwn;"]}, {"platform": "$(id)", "indices": []},
                    ["cuda"], {"platform": ["cuda"], "indices": [0]}):
         (folder / "state.json").write_text(json.dumps({**data, "device": device}))
-        with pytest.raises(ConfigError, match="not one this wizard makes"):
+        said = "the answer 'device' must be an object or null, not a list" if isinstance(device, list) else \
+            "not one this wizard makes"
+        with pytest.raises(ConfigError, match=said):
             load_state(folder)
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"done": 5}, "the answer 'done' must be a list of text items, not a whole number"),
+    ({"stage": ["flow"]}, "the answer 'stage' must be text, not a list"),
+    ({"launched": "yes"}, "the answer 'launched' must be true or false, not text"),
+    ({"dataset_rows": {"a": "many"}}, "the answer 'dataset_rows' must be an object of whole number values, not an "
+                                      "object holding text"),
+    ({"onboarded": ["a.json"]}, "the answer 'onboarded' must be a list of object items, not a list holding text"),
+    ({"updated_at": True}, "the answer 'updated_at' must be a number, not true or false"),
+    ({"run_id": 5}, "is not a wizard state"),
+], ids=["done", "stage", "launched", "rows", "onboarded", "updated", "run-id"])
+def test_a_state_file_with_an_answer_of_the_wrong_type_is_refused_naming_it(change, said, workspace):
+    """A damaged state.json once resumed with the wrong value in place (a list as the stage, "yes" as launched) and
+    failed later with a TypeError or AttributeError."""
+    state = new_state()
+    save_state(state, "lf_runs")
+    folder = workspace / "lf_runs" / state.run_id
+    data = json.loads((folder / "state.json").read_text())
+    (folder / "state.json").write_text(json.dumps({**data, **change}))
+    with pytest.raises(ConfigError, match=re.escape(said)) as refused:
+        load_state(folder)
+    assert str(folder / "state.json") in str(refused.value) and "Start a new run" in str(refused.value)
+
+
+@pytest.mark.parametrize("text, said", [
+    ("[" * 100_000 + "]" * 100_000, "is not valid JSON (nested more than 64 levels deep)"),
+    ('{"run_id": ' + "9" * 5000 + "}", "is not valid JSON"),
+    ("[1]", "must hold a JSON object, not a list"),
+], ids=["deep", "huge-number", "list"])
+def test_a_state_file_that_is_not_a_state_is_refused_naming_it(text, said, workspace):
+    state = new_state()
+    save_state(state, "lf_runs")
+    folder = workspace / "lf_runs" / state.run_id
+    (folder / "state.json").write_bytes(text.encode())
+    with pytest.raises(ConfigError, match=re.escape(said)) as refused:
+        load_state(folder)
+    assert str(folder / "state.json") in str(refused.value) and "Start a new run" in str(refused.value)
 
 
 def test_draft_run_is_renamed_after_the_model_keeping_its_stamp(workspace):
