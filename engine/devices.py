@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import DeviceError
-from engine.jsonio import write_text_atomic
+from engine.jsonio import read_record, write_text_atomic
 from engine.readers import short_repr
 
 Vendor = Literal["nvidia", "amd"]
@@ -247,10 +247,8 @@ def load_choice(run_dir: str | Path) -> DeviceChoice | None:
     path = Path(run_dir) / DEVICE_CHOICE_FILE
     if not path.is_file():
         return None
-    try:
-        return DeviceChoice.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except ValueError as exc:
-        raise DeviceError(f"{path} is not valid JSON ({exc}); delete it and choose GPUs again.") from exc
+    data = read_record(path, {}, fix="Delete it and choose GPUs again.", error=DeviceError)
+    return DeviceChoice.from_dict(data or {})
 
 
 # --- parsers: one per tool, each takes the tool's stdout and raises ValueError on output it does not understand ---

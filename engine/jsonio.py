@@ -12,7 +12,7 @@ from typing import Any
 from engine.filemodes import mode_for_replacement
 
 MAX_DEPTH = 64
-"""Nesting limit for JSON read from disk: real rows and records nest 3-5 levels (row -> messages -> message -> parts)."""
+"""Nesting limit for JSON read from disk: real rows and records nest 3-5 levels (a row's messages, their parts)."""
 
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:

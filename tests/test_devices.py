@@ -1,6 +1,7 @@
 """GPU detection from recorded tool outputs served by fake executables on PATH, selection, and the launch env."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -247,6 +248,22 @@ def test_gpus_cli_on_cpu(tmp_path, monkeypatch):
     result = _run_gpus_cli({"PATH": str(tmp_path)})
     assert result.exit_code == 0, result.output
     assert "No GPU found" in result.output and "fp32" in result.output
+
+
+@pytest.mark.parametrize("text, said", [
+    ("[0, 1]", "must hold a JSON object, not a list"),
+    ('"cuda"', "must hold a JSON object, not text"),
+    ("[" * 100_000 + "]" * 100_000, "is not valid JSON (nested more than 64 levels deep)"),
+], ids=["list", "text", "deep"])
+def test_a_saved_choice_that_is_not_an_object_is_refused_naming_the_file(text, said, tmp_path):
+    """An AttributeError or a RecursionError once."""
+    from engine.devices import DEVICE_CHOICE_FILE, load_choice
+    from engine.errors import DeviceError
+
+    (tmp_path / DEVICE_CHOICE_FILE).write_text(text)
+    with pytest.raises(DeviceError, match=re.escape(f"{tmp_path / DEVICE_CHOICE_FILE} {said}. Delete it and choose "
+                                                    "GPUs again.")):
+        load_choice(tmp_path)
 
 
 def test_a_saved_choice_names_device_numbers_only(tmp_path):

@@ -133,8 +133,8 @@ class WizardState:
             annotation = str(fields[name].type)
             if not _fits(value, annotation):
                 raise ConfigError(f"{source}: the answer {name!r} must be {_words(annotation)}, not "
-                                  f"{_found(value, annotation)}; the file is damaged. Start a new run (the old folder is "
-                                  "left as it is).")
+                                  f"{_found(value, annotation)}; the file is damaged. Start a new run (the old folder "
+                                  "is left as it is).")
         return cls(**values)
 
     def replace(self, **changes: Any) -> WizardState:
