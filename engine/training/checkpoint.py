@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from engine.errors import ConfigError, EngineError
-from engine.jsonio import apply_umask
+from engine.jsonio import apply_umask, loads_json
 from engine.rundir import CHECKPOINT_MARKER, find_complete_checkpoints, resolve_resume  # noqa: F401
 
 PARTIAL_GLOB = ".checkpoint-*.partial"
@@ -167,7 +167,9 @@ def load_training_state(folder: Path, optimizer, scheduler) -> dict:
     """Restore optimizer, scheduler and RNG; return trainer_state.json (step, epoch, position)."""
     state_file = folder / "trainer_state.json"
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
+        state = loads_json(state_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:  # nested too deep or a number too long included
+        raise _damaged(state_file, f"not valid JSON: {exc.msg}") from None
     except (OSError, ValueError) as exc:
         raise _damaged(state_file, str(exc)[:200]) from None
     counts = [state.get(k) for k in ("step", "epoch", "group")] if isinstance(state, dict) else []

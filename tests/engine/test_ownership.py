@@ -225,9 +225,12 @@ def test_a_damaged_checkpoint_is_named_and_an_earlier_one_resumes(demo_model_dir
         with pytest.raises(EngineError, match=f"{name} cannot be used .* complete ones: checkpoint-2, checkpoint-4"):
             engine.resume("pk", runs_dir=runs, detach=False)
         (newest / name).write_bytes(saved)
-    (newest / "trainer_state.json").write_text(json.dumps({"step": -5, "epoch": 0, "group": 99}))
-    with pytest.raises(EngineError, match="trainer_state.json cannot be used"):
-        engine.resume("pk", runs_dir=runs, detach=False)
+    for text, said in ((json.dumps({"step": -5, "epoch": 0, "group": 99}), "no step"),
+                       ("[" * 100_000 + "]" * 100_000, r"not valid JSON: nested more than 64 levels deep"),
+                       ('{"step": ' + "9" * 5000 + "}", r"not valid JSON: a number is too long")):  # tracebacks once
+        (newest / "trainer_state.json").write_text(text)
+        with pytest.raises(EngineError, match=rf"trainer_state.json cannot be used \({said}.*complete ones"):
+            engine.resume("pk", runs_dir=runs, detach=False)
     assert (newest / "rng_state.pt").read_bytes() == good
     for outside in ("../x", str(newest), "checkpoint-5"):  # only a complete checkpoint of this output_dir
         with pytest.raises(EngineError, match="not a complete checkpoint"):
