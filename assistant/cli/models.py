@@ -266,7 +266,8 @@ def _follow(job):
 def _line(progress, *, short: bool = False) -> str:
     from engine.models.cache import human_bytes
 
-    rate = f"{human_bytes(progress.rate_bps)}/s, ETA {fmt_duration(progress.eta_s)}"
+    fetched = bool(progress.total_bytes) and progress.downloaded_bytes >= progress.total_bytes
+    rate = "fetched" if fetched else f"{human_bytes(progress.rate_bps)}/s, ETA {fmt_duration(progress.eta_s)}"
     if short:
         return rate
     total = human_bytes(progress.total_bytes) if progress.total_bytes else "?"

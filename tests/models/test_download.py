@@ -230,3 +230,14 @@ def test_a_download_folder_resumes_only_its_own_model(tmp_path):
     (legacy / "config.json").write_text("{}")
     claim_target(legacy, REPO, "hf")
     assert (legacy / TARGET_MARK).is_file()
+
+
+def test_a_progress_line_after_the_transfer_names_the_phase_not_a_rate():
+    """The package source imports after its download: "0 B/s, ETA -" there read as a stalled transfer."""
+    from assistant.cli.models import _line
+
+    importing = DownloadProgress(downloaded_bytes=92_900_000, total_bytes=92_900_000, rate_bps=0.0, eta_s=None,
+                                 message="importing (2/5): dequantizing the weights")
+    assert _line(importing) == "92.9 MB of 92.9 MB, fetched. importing (2/5): dequantizing the weights"
+    moving = DownloadProgress(downloaded_bytes=1_000_000, total_bytes=92_900_000, rate_bps=2e6, eta_s=46.0)
+    assert "2.0 MB/s, ETA" in _line(moving)
