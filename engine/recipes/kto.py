@@ -44,7 +44,7 @@ def setup(session: Session) -> Task:
         return f"{desirable} desirable"
 
     train_examples, eval_examples = session.train_and_eval(
-        lambda names: session.load_examples(names, ranking=False), encode, unit="examples", before_split=both_kinds,
+        lambda names: session.load_examples(names, ranking=False), encode, unit="examples", describe=both_kinds,
         empty="No KTO example has a trained token after encoding: raise cutoff_len.")
 
     # 2. The policy and its reference.

@@ -67,12 +67,12 @@ class Session:
         return data_options(self.config)
 
     def train_and_eval(self, load: Callable[[str], list], encode: Callable[[list], list], *, empty: str,
-                       unit: str = "samples", before_split: Callable[[list], str | None] | None = None,
+                       unit: str = "samples", describe: Callable[[list], str | None] | None = None,
                        held_out: Callable[[list], None] | None = None) -> tuple[list, list]:
         """Every recipe's data step, in LLaMA-Factory's order: ``load(config.dataset)`` reads the rows, val_size holds
         some out (``holdout_indices``: the very rows LLaMA-Factory holds out), then ``encode`` turns the train rows
         and the held-out rows (or ``load(eval_dataset)``) into samples; logged, and read from / saved to
-        tokenized_path (see ``tokenized``). DataError(``empty``) when no train sample is left; ``before_split``
+        tokenized_path (see ``tokenized``). DataError(``empty``) when no train sample is left; ``describe``
         may check the train samples and return words for the log line; ``held_out`` gets the held-out rows."""
         config = self.config
 
@@ -82,7 +82,7 @@ class Session:
             train = encode(train_rows)
             if not train:
                 raise DataError(empty)
-            detail = before_split(train) if before_split else None
+            detail = describe(train) if describe else None
             if held_out is not None and eval_rows:
                 held_out(eval_rows)
             evaluation = encode(eval_rows) if eval_rows else []
