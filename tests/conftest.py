@@ -50,3 +50,18 @@ def lf_reference() -> Path:
     if not LF_REFERENCE.is_dir():
         pytest.skip("../shared/reference/llamafactory is not present (fresh clone)")
     return LF_REFERENCE
+
+
+@pytest.fixture(autouse=True)
+def _english_after_each_test():
+    """The interface language is process-wide (a zh app sets it for the whole process): every test starts in, and
+    leaves behind, English, whichever tests ran before it in the same process."""
+    import sys
+
+    i18n = sys.modules.get("assistant.i18n")  # the engine's own tests never import the front ends
+    if i18n is not None:
+        i18n.set_language("en")
+    yield
+    i18n = sys.modules.get("assistant.i18n")
+    if i18n is not None:
+        i18n.set_language("en")

@@ -12,15 +12,6 @@ ENGLISH = re.compile(r"(?<![\w<./-])[A-Za-z']{2,}(?: [A-Za-z']{2,}){2,}(?![\w>/-
 
 
 @pytest.fixture(autouse=True)
-def english_afterwards():
-    """The app sets the language for the whole process: later tests read English."""
-    from assistant import i18n
-
-    yield
-    i18n.set_language("en")
-
-
-@pytest.fixture(autouse=True)
 def preflight_with_a_proposal(monkeypatch):
     """The measured micro-batch of 2 did not fit and 1 does: a proposal, as the engine's pre-flight gives it."""
     import engine.api

@@ -197,3 +197,33 @@ def test_model_stage_reasons_are_chinese_in_zh_and_the_engines_words_in_english(
     assert texts[0] == str(unknown.value) and texts[1].startswith("Unknown chat template 'no-such-template'")
     assert texts[2:] == resolve_model("Qwen/Qwen3-0.6B-Base", template="llama3").warnings
     assert i18n.t_message(gone.detail_message, gone.detail) == gone.detail
+
+
+def _placeholders(text: str) -> set[str]:
+    import string
+
+    return {field for _literal, field, _spec, _conv in string.Formatter().parse(text) if field is not None}
+
+
+def test_every_catalog_entry_has_the_same_placeholders_in_both_languages_and_formats():
+    """t() shows a template unformatted rather than crash a screen: a placeholder missing in one language, or one
+    that does not format, would show as {braces} to the user, so none may."""
+    en, zh = i18n.CATALOGS["en"], i18n.CATALOGS["zh"]
+    differ = {key: (_placeholders(en[key]), _placeholders(zh[key])) for key in en.keys() & zh.keys()
+              if _placeholders(en[key]) != _placeholders(zh[key])}
+    assert not differ, differ
+    for lang, catalog in i18n.CATALOGS.items():
+        for key, text in catalog.items():
+            fields = _placeholders(text)
+            assert all(name.isidentifier() for name in fields), (lang, key, fields)
+            text.format(**{name: 1.5 for name in fields})  # every spec used (!r, .1f, +.3f) takes a number
+
+
+def test_a_test_that_switches_to_chinese_and_does_not_switch_back():
+    i18n.set_language("zh")
+    assert i18n.t("engine.measure.one_device", strategy="ddp").startswith("只在")
+
+
+def test_the_next_test_reads_english_again():
+    """The language is process-wide: tests/conftest.py restores English after every test."""
+    assert i18n.current_language() == "en"
