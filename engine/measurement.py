@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import EngineError
+from engine.messages import Message
 
 
 @dataclass
@@ -106,7 +107,9 @@ def measure_steps(config, *, steps: int = 3, env: dict[str, str] | None = None,
                     process.wait()
                     if should_stop():
                         raise MeasureCancelled("pre-flight stopped")
-                    raise EngineError(f"The pre-flight took longer than {timeout_s:.0f} s and was stopped.")
+                    text = f"The pre-flight took longer than {timeout_s:.0f} s and was stopped."
+                    raise EngineError(text, message=Message("measure.timed_out", text,
+                                                            {"seconds": f"{timeout_s:.0f}"}))
                 time.sleep(0.2)
             out.seek(0)
             lines = out.read().splitlines()
@@ -125,9 +128,14 @@ def _result(returncode: int, lines: list[str], wall_s: float) -> Measurement:
                 measurement.wall_s = wall_s
                 return measurement
             if "error" in data:
-                raise EngineError(f"The pre-flight could not run: {data['error']}")
+                text = f"The pre-flight could not run: {data['error']}"
+                coded = data.get("error_message")  # the child's error as a code with values, when it had one
+                why = coded if isinstance(coded, dict) and isinstance(coded.get("code"), str) else str(data["error"])
+                raise EngineError(text, message=Message("measure.could_not_run", text, {"error": why}))
     if returncode < 0:
-        raise EngineError(f"The pre-flight process was killed (signal {-returncode}); out of memory is the usual "
-                          "cause: lower per_device_train_batch_size or cutoff_len.")
+        text = (f"The pre-flight process was killed (signal {-returncode}); out of memory is the usual cause: lower "
+                "per_device_train_batch_size or cutoff_len.")
+        raise EngineError(text, message=Message("measure.killed", text, {"signal": -returncode}))
     tail = " / ".join(line.strip() for line in lines[-3:] if line.strip()) or f"exit code {returncode}"
-    raise EngineError(f"The pre-flight failed: {tail}")
+    raise EngineError(f"The pre-flight failed: {tail}",
+                      message=Message("measure.failed", f"The pre-flight failed: {tail}", {"tail": tail}))

@@ -13,6 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.messages import Message
 from engine.readers import short_repr
 
 
@@ -36,6 +37,15 @@ class Bounds:
         if self.lt is not None:
             parts.append(f"< {self.lt:g}")
         return " and ".join(parts) or "finite"
+
+    def message(self) -> Message:
+        """``describe()`` as an engine.messages.Message (no bound, one, or two joined by "and")."""
+        parts = self.describe().split(" and ")
+        if self.describe() == "finite":
+            return Message("config.bounds_finite", "finite")
+        if len(parts) == 1:
+            return Message("config.bounds_one", parts[0], {"bound": parts[0]})
+        return Message("config.bounds_two", self.describe(), {"first": parts[0], "second": " and ".join(parts[1:])})
 
     def contains(self, value: float) -> bool:
         return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
@@ -131,6 +141,12 @@ def choice_problem(f: dataclasses.Field, value: Any) -> str | None:
 
 
 def alone_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """``alone_message``'s English sentence."""
+    message = alone_message(f, value)
+    return message.text if message else None
+
+
+def alone_message(f: dataclasses.Field, value: Any) -> Message | None:
     """Why ``value`` lists a name that must stand alone beside others (``report_to: tensorboard,none``: the
     Trainer refuses "none" among trackers; ``lora_target: all,q_proj`` would adapt q_proj only in LLaMA-Factory)."""
     alone = f.metadata.get("alone") or ()
@@ -139,21 +155,30 @@ def alone_problem(f: dataclasses.Field, value: Any) -> str | None:
         return None
     for name in alone:
         if name in items:
-            others = ", ".join(i for i in items if i != name)
-            return (f"{f.name}: {name} stands alone and cannot be listed with {short_repr(others, 60)}; write "
-                    f"{f.name}: {name}, or only the names.")
+            others = short_repr(", ".join(i for i in items if i != name), 60)
+            return Message("config.alone", f"{f.name}: {name} stands alone and cannot be listed with {others}; write "
+                           f"{f.name}: {name}, or only the names.", {"key": f.name, "name": name, "others": others})
     return None
 
 
 def range_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """``range_message``'s English sentence."""
+    message = range_message(f, value)
+    return message.text if message else None
+
+
+def range_message(f: dataclasses.Field, value: Any) -> Message | None:
     """Why a numeric ``value`` is out of field ``f``'s declared range (non-finite numbers never are in range)."""
     bounds = f.metadata.get("bounds")
     if bounds is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    fields = {"key": f.name, "bounds": bounds.message(), "value": short_repr(value)}
     if isinstance(value, float) and not math.isfinite(value):
-        return f"{f.name} must be a finite number ({bounds.describe()}), got {short_repr(value)}."
+        return Message("config.not_finite", f"{f.name} must be a finite number ({bounds.describe()}), got "
+                       f"{short_repr(value)}.", fields)
     if not bounds.contains(value):
-        return f"{f.name} must be {bounds.describe()}, got {short_repr(value)}."
+        return Message("config.out_of_range", f"{f.name} must be {bounds.describe()}, got {short_repr(value)}.",
+                       fields)
     return None
 
 

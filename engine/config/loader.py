@@ -23,6 +23,7 @@ from engine.config.fields import base_kinds, public_fields
 from engine.config.lf_keys import TRAIN, WHAT, foreign_file_problem
 from engine.readers import load_yaml_text, read_yaml, short_repr
 from engine.errors import ConfigError
+from engine.messages import Message
 from engine.jsonio import write_text_atomic
 
 C = TypeVar("C")
@@ -120,20 +121,23 @@ def build(schema: Schema, data: dict[str, Any], label: str) -> tuple[Any, dict[s
     kwargs: dict[str, Any] = {}
     unused: dict[str, str] = {}
     errors: list[str] = []
+    messages: list[Message | None] = []
     for key, value in data.items():
         if key in schema.fields:
             try:
                 kwargs[key] = coerce(schema.fields[key], schema.hints[key], value)
             except ConfigError as exc:
                 errors.append(str(exc))
+                messages.append(exc.message)
             continue
         refusal, reason = classify(schema, key, value, label)
         if refusal:
             errors.append(refusal)
+            messages.append(None)
         else:
             unused[str(key)] = reason
-    if errors:
-        raise ConfigError("\n".join(errors))
+    if errors:  # one problem keeps its code and values (a front end shows it in its language)
+        raise ConfigError("\n".join(errors), message=messages[0] if len(messages) == 1 else None)
     return schema.cls(**kwargs), unused
 
 
@@ -171,12 +175,17 @@ def coerce(f: dataclasses.Field, hint: Any, value: Any) -> Any:
         converted = _convert(kind, value)
         if converted is not None:
             return converted
-    expected = " or ".join(getattr(k, "__name__", str(k)) for k in kinds)
+    names = [getattr(k, "__name__", str(k)) for k in kinds]
+    expected = " or ".join(names)
     share = _STEP_SHARES.get(f.name) if isinstance(value, float) and 0 < value < 1 else None
     if share:  # Transformers reads a float below 1 here as a share of the total steps
-        raise ConfigError(f"{f.name}: {short_repr(value)} is a share of the total steps (Transformers' reading), "
-                          f"which lf-assistant does not take here: {share}.")
-    raise ConfigError(f"{f.name}: expected {expected}, got {short_repr(value)}.")
+        text = (f"{f.name}: {short_repr(value)} is a share of the total steps (Transformers' reading), "
+                f"which lf-assistant does not take here: {share.text}.")
+        raise ConfigError(text, message=Message("config.step_share", text,
+                                                {"key": f.name, "value": short_repr(value), "share": share}))
+    text = f"{f.name}: expected {expected}, got {short_repr(value)}."
+    raise ConfigError(text, message=Message("config.expected_type", text, {
+        "key": f.name, "expected": expected, "kinds": " / ".join(names), "value": short_repr(value)}))
 
 
 def _comma_text(f: dataclasses.Field, items: list | tuple) -> str:
@@ -201,8 +210,10 @@ def _comma_text(f: dataclasses.Field, items: list | tuple) -> str:
 
 
 _STEP_SHARES = {
-    "warmup_steps": "give warmup_ratio instead (e.g. warmup_ratio: 0.1) or a step count",
-    **{key: "give a step count (e.g. 10)" for key in ("logging_steps", "save_steps", "eval_steps")},
+    "warmup_steps": Message("config.share_warmup", "give warmup_ratio instead (e.g. warmup_ratio: 0.1) or a step "
+                            "count"),
+    **{key: Message("config.share_steps", "give a step count (e.g. 10)")
+       for key in ("logging_steps", "save_steps", "eval_steps")},
 }
 
 

@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = measure(load_config(args.config), steps=max(1, args.steps))
     except EngineError as exc:
-        print(json.dumps({"error": str(exc)}), flush=True)
+        coded = {"error_message": exc.message.to_dict()} if exc.message else {}
+        print(json.dumps({"error": str(exc), **coded}), flush=True)
         return 2
     except Exception as exc:  # noqa: BLE001 - the caller shows the reason; a traceback helps in the log
         import traceback

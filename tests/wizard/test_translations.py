@@ -1,9 +1,12 @@
 """Text the engine writes reads in the interface language: the config stage's parameter help, the LLaMA-Factory
 defaults under its diff and the pre-flight's proposal are Chinese in zh, and in English exactly the engine's words."""
 
+import dataclasses
+import json
 import re
 
 import pytest
+import yaml
 
 from assistant import i18n
 
@@ -227,3 +230,73 @@ def test_a_test_that_switches_to_chinese_and_does_not_switch_back():
 def test_the_next_test_reads_english_again():
     """The language is process-wide: tests/conftest.py restores English after every test."""
     assert i18n.current_language() == "en"
+
+
+EDITS = [("lora_rank", "lots"), ("learning_rate", "-1"), ("learning_rate", ".nan"), ("report_to", "tensorboard,none"),
+         ("warmup_steps", "0.1"), ("logging_steps", "0.5"), ("lora_dropout", "2")]
+
+
+def _refusals() -> list[str]:
+    from assistant.wizard.stages import config as config_stage
+    from assistant.wizard.state import new_state
+
+    outcomes = [config_stage.apply_edit(new_state(), key, raw) for key, raw in EDITS]
+    assert all(len(outcome.problems) == 1 for outcome in outcomes)
+    return [outcome.problems[0] for outcome in outcomes]
+
+
+def test_config_edit_refusals_are_chinese_in_zh_and_the_engines_words_in_english(zh):
+    from engine.config.fields import alone_problem, range_problem
+    from engine.config.train import TrainConfig
+    from engine.errors import ConfigError
+    from engine.api import load_config
+
+    said = _refusals()
+    assert said[0] == "lora_rank：应为 int 类型，实际是 'lots'。"
+    assert said[1] == "learning_rate 的取值须满足 > 0 且 <= 10，当前为 -1.0。"
+    for text in said:
+        assert not english_left(text), english_left(text)
+    i18n.set_language("en")
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    engine_words = []
+    for key, raw in EDITS:
+        try:
+            config = load_config({key: yaml.safe_load(raw)})
+        except ConfigError as exc:
+            engine_words.append(str(exc))
+            continue
+        engine_words.append(alone_problem(fields[key], getattr(config, key))
+                            or range_problem(fields[key], getattr(config, key)))
+    assert _refusals() == engine_words
+    assert engine_words[0] == "lora_rank: expected int, got 'lots'."
+    assert engine_words[1] == "learning_rate must be > 0 and <= 10, got -1.0."
+
+
+def _preflight_failures() -> list[str]:
+    """What the config stage says when the pre-flight cannot run: the child's config error, a kill, a timeout."""
+    from engine.api import load_config
+    from engine.errors import ConfigError, EngineError
+    from engine.measurement import _result
+
+    try:
+        load_config({"lora_rank": "lots"})
+    except ConfigError as exc:
+        child = json.dumps({"error": str(exc), "error_message": exc.message.to_dict()})
+    said = []
+    for returncode, lines in ((2, ["some log line", child]), (-9, [])):
+        with pytest.raises(EngineError) as failed:
+            _result(returncode, lines, 1.0)
+        said.append(i18n.t("preflight.failed", error=i18n.t_message(failed.value.message, str(failed.value))))
+    return said
+
+
+def test_a_failed_preflight_says_why_in_chinese_in_zh_and_in_english_as_before(zh):
+    said = _preflight_failures()
+    assert said[0] == "预检失败：无法运行预检：lora_rank：应为 int 类型，实际是 'lots'。"
+    for text in said:
+        assert not english_left(text), english_left(text)
+    i18n.set_language("en")
+    assert _preflight_failures() == [
+        "Pre-flight failed: The pre-flight could not run: lora_rank: expected int, got 'lots'.",
+        "Pre-flight failed: The pre-flight process was killed (signal 9); out of memory is the usual cause: lower "
+        "per_device_train_batch_size or cutoff_len."]

@@ -20,7 +20,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.events import Click
 from textual.widgets import Button, ContentSwitcher, DataTable, Static
 
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.tui.messages import ConfigChecked, FixAccepted, Measured
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.dialogs import EditNames, EditValue, fill_table, fmt_value
@@ -231,7 +231,7 @@ class ConfigScreen(StageScreen):
         except MeasureCancelled:
             return
         except EngineError as exc:
-            self.post_message(Measured(key, config, None, str(exc)))
+            self.post_message(Measured(key, config, None, t_message(exc.message, str(exc))))
             return
         self.post_message(Measured(key, config, result))
 

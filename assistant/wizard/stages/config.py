@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from assistant.i18n import t, t_or
+from assistant.i18n import t, t_message, t_or
 from assistant.wizard.build import BuiltConfig
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
@@ -116,18 +116,18 @@ def apply_edit(state: WizardState, key: str, raw: str) -> Outcome:
     try:
         config = load_config({key: value})
     except EngineError as exc:
-        return refused(str(exc))
+        return refused(t_message(exc.message, str(exc)))
     typed = getattr(config, key)
     # the engine's own rule for the field's choices and range (several names each checked: report_to a,b)
-    from engine.config.fields import alone_problem, choice_problem, range_problem
+    from engine.config.fields import alone_message, choice_problem, range_message
 
     field_ = next(f for f in dataclasses.fields(config) if f.name == key)
     if choice_problem(field_, typed):
         choices = ", ".join(map(str, field_.metadata["choices"]))
         return refused(t("config.bad_choice", key=key, value=typed, choices=choices))
-    problem = alone_problem(field_, typed) or range_problem(field_, typed)
+    problem = alone_message(field_, typed) or range_message(field_, typed)
     if problem:
-        return refused(problem)
+        return refused(t_message(problem))
     edits = dict(state.edits, **{key: typed})
     return Outcome(state.replace(edits=edits))
 
