@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from engine.export.merge import Check
+from engine.messages import Message
 
 # Max |logit difference| / max(1, max |reference logit|), per GGUF storage type. Measured on the demo models
 # and SmolLM2-135M-Instruct: f32 < 1e-6 (the same numbers, reordered), f16 ~2e-3, q8_0 ~0.02-0.04 (8-bit blocks
@@ -45,11 +46,14 @@ def check_tokenizer(gguf_tokenizer, tokenizer, texts: list[str]) -> Check:
     specials = ("bos_token_id", "eos_token_id", "pad_token_id")
     wrong = [s for s in specials if getattr(tokenizer, s) is not None
              and getattr(gguf_tokenizer, s) != getattr(tokenizer, s)]
-    detail = f"{len(texts) - len(differing)} of {len(texts)} probe texts encode to the same ids"
-    detail += f"; differ: {differing[0]!r}" if differing else ""
+    same = f"{len(texts) - len(differing)} of {len(texts)} probe texts encode to the same ids"
+    detail = same + (f"; differ: {differing[0]!r}" if differing else "")
     detail += ("; special ids differ: " + ", ".join(f"{s} {getattr(gguf_tokenizer, s)} (expected "
                                                  f"{getattr(tokenizer, s)})" for s in wrong)) if wrong else ""
-    return Check(name="GGUF tokenizer encodes like the model's", passed=not differing and not wrong, detail=detail)
+    return Check(name="GGUF tokenizer encodes like the model's", passed=not differing and not wrong, detail=detail,
+                 name_message=Message("export.check.gguf_tokenizer", "GGUF tokenizer encodes like the model's"),
+                 detail_message=None if differing or wrong else Message(
+                     "export.check.same_ids", same, {"same": len(texts) - len(differing), "texts": len(texts)}))
 
 
 def check_logits(reference: torch.Tensor, loaded: torch.Tensor, mask: torch.Tensor, quantization: str) -> Check:
@@ -57,10 +61,14 @@ def check_logits(reference: torch.Tensor, loaded: torch.Tensor, mask: torch.Tens
     diff = float((reference - loaded).abs()[real].max())
     scale = max(1.0, float(reference.abs()[real].max()))
     tolerance = LOGITS_TOLERANCE[quantization] * scale
-    return Check(name=f"GGUF ({quantization}) logits match the exported model", passed=diff <= tolerance,
-                 measured=diff, tolerance=tolerance,
-                 detail=f"max |logit difference| {diff:.3g} over {int(real.sum())} probe tokens, largest logit "
-                        f"{scale:.3g}, tolerance {LOGITS_TOLERANCE[quantization]:g} x {scale:.3g}")
+    name = f"GGUF ({quantization}) logits match the exported model"
+    detail = (f"max |logit difference| {diff:.3g} over {int(real.sum())} probe tokens, largest logit {scale:.3g}, "
+              f"tolerance {LOGITS_TOLERANCE[quantization]:g} x {scale:.3g}")
+    return Check(name=name, passed=diff <= tolerance, measured=diff, tolerance=tolerance, detail=detail,
+                 name_message=Message("export.check.gguf_logits", name, {"quantization": quantization}),
+                 detail_message=Message("export.check.gguf_logit_difference", detail, {
+                     "diff": f"{diff:.3g}", "tokens": int(real.sum()), "scale": f"{scale:.3g}",
+                     "share": f"{LOGITS_TOLERANCE[quantization]:g}"}))
 
 
 def _greedy(model, prompt: list[int], stop_ids: list[int], steps: int) -> list[int]:
@@ -92,13 +100,20 @@ def check_greedy(reference_model, loaded_model, prompts: list[list[int]], stop_i
         margin = _margin_at(reference_model, prompt, expected, step)
         (near_ties if margin <= 2 * max_diff else wrong).append((decode(expected), decode(got), step, margin))
     detail = f"{equal} of {len(prompts)} greedy answers ({GREEDY_TOKENS} tokens) identical"
+    fields = {"equal": equal, "total": len(prompts), "tokens": GREEDY_TOKENS}
+    code = "export.check.greedy_identical"
     if near_ties:
         detail += (f"; {len(near_ties)} part ways at a near-tie (top-2 margin {near_ties[0][3]:.3g} at token "
                    f"{near_ties[0][2]}, under 2 x the logit difference)")
+        fields.update(ties=len(near_ties), margin=f"{near_ties[0][3]:.3g}", at=near_ties[0][2])
+        code = "export.check.greedy_near_ties"
     if wrong:
         expected, got, step, margin = wrong[0]
         detail += f"; differ at token {step} (margin {margin:.3g}): expected {expected!r}, got {got!r}"
-    return Check(name="GGUF greedy answers match the exported model", passed=not wrong, detail=detail)
+    name = "GGUF greedy answers match the exported model"
+    return Check(name=name, passed=not wrong, detail=detail,
+                 name_message=Message("export.check.gguf_greedy", name),
+                 detail_message=None if wrong else Message(code, detail, fields))
 
 
 def verify_gguf(path: Path, model, tokenizer, prompts: list[list[int]], texts: list[str], *, quantization: str,

@@ -24,6 +24,7 @@ import torch
 
 from engine.checks import Check  # noqa: F401 - export's name for it
 from engine.errors import ModelError
+from engine.messages import Message
 from engine.inference.source import attach_adapter
 
 TOP_K_ENTRIES = 8  # entries checked per adapted matrix: the largest |update|, so rounding cannot hide them
@@ -159,10 +160,15 @@ def check_weights(model, prints: list[Fingerprint], adapter: str) -> Check:
     params = dict(model.named_parameters())
     failed = [p.param for p in prints if p.param not in params
               or not entries_match(params[p.param].detach().flatten()[p.index].cpu(), p)]
-    return Check(name="merged weights differ from the base where the adapter is non-zero", passed=not failed,
-                 detail=(f"{adapter}: {len(prints) - len(failed)} of {len(prints)} adapted matrices equal base + B·A "
-                         f"at their {TOP_K_ENTRIES} largest-update entries"
-                         + (f"; not merged: {', '.join(failed[:5])}" if failed else "")))
+    equal = (f"{adapter}: {len(prints) - len(failed)} of {len(prints)} adapted matrices equal base + B·A at their "
+             f"{TOP_K_ENTRIES} largest-update entries")
+    name = "merged weights differ from the base where the adapter is non-zero"
+    return Check(name=name, passed=not failed,
+                 detail=equal + (f"; not merged: {', '.join(failed[:5])}" if failed else ""),
+                 name_message=Message("export.check.merged_differ", name),
+                 detail_message=None if failed else Message("export.check.merged_equal", equal, {
+                     "adapter": adapter, "equal": len(prints) - len(failed), "total": len(prints),
+                     "entries": TOP_K_ENTRIES}))
 
 
 def probe_logits(model, probe: dict) -> torch.Tensor:
@@ -176,7 +182,11 @@ def check_logits(reference: torch.Tensor, merged: torch.Tensor, attention_mask: 
     real = attention_mask.bool().cpu()
     diff = float((reference - merged).abs()[real].max())
     tolerance = LOGITS_REL_TOL.get(dtype, 5e-2) * max(1.0, float(reference.abs()[real].max()))
+    detail = (f"{adapter}: max |logit difference| {diff:.3g} over {int(real.sum())} probe tokens "
+              f"({str(dtype).removeprefix('torch.')}), tolerance {tolerance:.3g}")
     return Check(name="merged logits match base + adapter", passed=diff <= tolerance, measured=diff,
-                 tolerance=tolerance,
-                 detail=f"{adapter}: max |logit difference| {diff:.3g} over {int(real.sum())} probe tokens "
-                        f"({str(dtype).removeprefix('torch.')}), tolerance {tolerance:.3g}")
+                 tolerance=tolerance, detail=detail,
+                 name_message=Message("export.check.merged_logits", "merged logits match base + adapter"),
+                 detail_message=Message("export.check.logit_difference", detail, {
+                     "adapter": adapter, "diff": f"{diff:.3g}", "tokens": int(real.sum()),
+                     "dtype": str(dtype).removeprefix("torch."), "tolerance": f"{tolerance:.3g}"}))

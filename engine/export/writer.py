@@ -15,6 +15,7 @@ import torch
 
 from engine.export.merge import Check, Fingerprint, entries_match
 from engine.jsonio import write_text_atomic
+from engine.messages import Message
 
 SAFE_INDEX = "model.safetensors.index.json"
 LEGACY_INDEX = "pytorch_model.bin.index.json"
@@ -118,17 +119,25 @@ def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprin
         carried += sum(entries_match(flat[p.index], p) for p in by_param.get(name, []))
     stored = {_storage(t) for n, t in state.items() if n in saved}
     missing = [n for n in state if n not in saved and _storage(state[n]) not in stored]  # tied aliases are fine
-    checks = [Check(name=f"export files hold the {label} weights", passed=not differing and not missing,
-                    detail=f"{len(saved)} tensors read back from {len(files)} file(s)"
-                           + (f"; differ: {', '.join(differing[:5])}" if differing else "")
-                           + (f"; missing: {', '.join(missing[:5])}" if missing else ""))]
+    read_back = f"{len(saved)} tensors read back from {len(files)} file(s)"
+    name = f"export files hold the {label} weights"
+    checks = [Check(name=name, passed=not differing and not missing,
+                    detail=read_back + (f"; differ: {', '.join(differing[:5])}" if differing else "")
+                           + (f"; missing: {', '.join(missing[:5])}" if missing else ""),
+                    name_message=Message(f"export.check.files_hold_{'merged' if label == 'merged' else 'tuned'}",
+                                         name),
+                    detail_message=None if differing or missing else Message(
+                        "export.check.read_back", read_back, {"tensors": len(saved), "files": len(files)}))]
     if prints:
         overlapping = len(by_param) < len(prints)  # adapters that share a matrix: their updates add up there
         detail = (f"{carried} of {len(prints)} (adapter, matrix) pairs in the files carry base + the sum of the "
                   "adapters' B·A at that adapter's largest-update entries" if overlapping else
                   f"{carried} of {len(prints)} adapted matrices in the files carry base + B·A")
-        checks.append(Check(name="exported weights differ from the base where the adapter is non-zero",
-                            passed=carried == len(prints), detail=detail))
+        name = "exported weights differ from the base where the adapter is non-zero"
+        checks.append(Check(name=name, passed=carried == len(prints), detail=detail,
+                            name_message=Message("export.check.exported_differ", name),
+                            detail_message=Message("export.check.carried_" + ("pairs" if overlapping else "matrices"),
+                                                   detail, {"carried": carried, "total": len(prints)})))
     checks.append(_check_shard_sizes(folder, files, shard_bytes))
     return checks
 
@@ -138,10 +147,12 @@ def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Chec
     # A shard may exceed the limit only when it holds a single tensor that is itself larger (plus file headers).
     over = [n for n, size in sizes.items() if size > shard_bytes and _tensor_count(folder, n) > 1]
     largest = max(sizes.values()) if sizes else 0
+    sizes_text = f"{len(files)} shard(s), largest {largest / 1e9:.4g} GB, export_size {shard_bytes / 1e9:.4g} GB"
     return Check(name="weight shards within export_size", passed=not over, measured=float(largest),
-                 tolerance=float(shard_bytes),
-                 detail=f"{len(files)} shard(s), largest {largest / 1e9:.4g} GB, export_size {shard_bytes / 1e9:.4g} GB"
-                        + (f"; too large: {', '.join(over)}" if over else ""))
+                 tolerance=float(shard_bytes), detail=sizes_text + (f"; too large: {', '.join(over)}" if over else ""),
+                 name_message=Message("export.check.shards", "weight shards within export_size"),
+                 detail_message=None if over else Message("export.check.shard_sizes", sizes_text, {
+                     "shards": len(files), "largest": f"{largest / 1e9:.4g}", "limit": f"{shard_bytes / 1e9:.4g}"}))
 
 
 def _tensor_count(folder: Path, name: str) -> int:

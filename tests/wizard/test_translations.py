@@ -342,3 +342,42 @@ def test_the_gguf_import_steps_read_in_chinese(zh):
         assert said != text and not english_left(said), said
     said = i18n.t_message(Message("gguf.dequantizing_size", "", {"tensors": 24, "megabytes": "3"}))
     assert said == "反量化权重：24 个张量（3 MB）"
+
+
+def _export_said(folder):
+    """The export stage's lines for checks as the engine makes them, recorded as the export records them."""
+    import torch
+
+    from assistant.wizard.stages import export
+    from engine.export import gguf_check, merge, writer
+
+    reference = torch.tensor([[[1.0, 2.0], [0.5, 0.25]]])
+    mask = torch.tensor([[1, 1]])
+    (folder / "model.safetensors").write_bytes(b"0" * 1000)
+    checks = [merge.check_logits(reference, reference + 1e-4, mask, "saves/lora", torch.float32),
+              gguf_check.check_logits(reference, reference + 1e-3, mask, "q8_0"),
+              writer._check_shard_sizes(folder, ["model.safetensors"], 5 * 10**9)]
+    (folder / "lfa_export.json").write_text(json.dumps({"checks": [c.as_dict() for c in checks]}), encoding="utf-8")
+    printed = [f"check {'passed' if c.passed else 'FAILED'}: {c.name} ({c.detail})" for c in checks]
+    printed += ["note: tokenizer: pad token set to <|endoftext|>"]
+    return export.result_lines(["progress 1/8", *printed, f"exported to {folder}"], folder), printed
+
+
+def test_export_checks_read_in_chinese_in_zh_and_as_printed_in_english(zh, tmp_path):
+    said, printed = _export_said(tmp_path)
+    assert said[0].startswith("检查通过：合并后的 logits 与 base + adapter 一致（saves/lora：") and len(said) == 4
+    for line in said[:3]:
+        assert not english_left(line), english_left(line)
+    i18n.set_language("en")
+    assert _export_said(tmp_path)[0] == printed
+
+
+def test_every_code_the_engine_gives_has_chinese():
+    """A code in engine/ written as a literal (Message("data.rows", ...)) has its engine.<code> in zh.py."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "engine"
+    codes = {code for path in root.rglob("*.py")
+             for code in re.findall(r"Message\(\s*\"([\w.]+)\"\s*[,)]", path.read_text(encoding="utf-8"))}
+    assert len(codes) > 30
+    assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]}

@@ -134,8 +134,7 @@ class ExportScreen(StageScreen):
             self.say(errors or [t("export.failed")])
             return
         self.wizard.commit(self.state.replace(exported=True, export_dir=message.result))
-        checks = [line for line in message.lines if line.startswith(("check", "note"))]
-        self.say(info=checks)
+        self.say(info=export.result_lines(message.lines, message.result))
         self._done(message.result)
 
     def _done(self, folder: str | None) -> None:

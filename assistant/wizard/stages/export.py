@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.wizard.skill import Skill
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
@@ -107,6 +107,23 @@ def set_export_dir(state: WizardState, text: str) -> Outcome:
 
 def export_command(run_folder: Path) -> list[str]:
     return [sys.executable, "-m", "engine.export", str(Path(run_folder) / EXPORT_FILE)]
+
+
+def result_lines(lines: list[str], export_dir: str | Path | None) -> list[str]:
+    """The export's checks and notes as it printed them (``check passed: NAME (DETAIL)``, ``note: ...``), each
+    check in the interface language from the record it wrote (lfa_export.json), where that has them all."""
+    from engine.jsonio import read_json_dict
+
+    printed = [line for line in lines if line.startswith(("check", "note"))]
+    record = read_json_dict(Path(export_dir) / "lfa_export.json") if export_dir else {}
+    checks = record.get("checks")
+    if not isinstance(checks, list) or len(checks) != sum(line.startswith("check") for line in printed) \
+            or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in checks):
+        return printed
+    said = [t("export.check", state=t("export.check_passed" if c.get("passed") is True else "export.check_failed"),
+              name=t_message(c.get("name_message"), c["name"]),
+              detail=t_message(c.get("detail_message"), str(c.get("detail", "")))) for c in checks]
+    return said + [line for line in printed if line.startswith("note")]
 
 
 def parse_line(line: str) -> tuple[str, object] | None:
