@@ -23,6 +23,7 @@ from engine.data.text import escape_control, find_control, shorten
 from engine.data.special_tokens import find_control_strings
 from engine.data.templates.registry import registry_control_tokens
 from engine.errors import DataError
+from engine.messages import Message
 
 FileFormat = Literal["alpaca", "sharegpt", "openai", "text", "unknown"]
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -58,6 +59,8 @@ class CheckReport:
     """How the file reads: the dataset_info.json entry that registers it."""
     notes: list[str] = field(default_factory=list)
     """What `convert_file` changed to produce this file."""
+    note_messages: list[Message] = field(default_factory=list)
+    """``notes`` as engine.messages.Message, one per note."""
 
     @property
     def ok(self) -> bool:
@@ -454,14 +457,17 @@ def convert_file(path: Path, out_path: Path, *, formatting: str | None = None,
         file_format = _forced_format(formatting, file_format, read.rows)
     if file_format == "unknown":
         raise DataError(f"{path}: {_unknown_format_message(read.rows)}")
-    notes = [f"skipped line {line} (not valid JSON)" for line, _ in read.bad_lines]
-    notes += [f"{'file' if issue.row is None else f'row {issue.row}'}: {issue.message} (the copy keeps the row "
-              "as read)" for issue in read.issues]
+    notes = [Message("data.skipped_line", f"skipped line {line} (not valid JSON)", {"line": line})
+             for line, _ in read.bad_lines]
+    notes += [Message("data.read_issue_file" if issue.row is None else "data.read_issue_row",
+                      f"{'file' if issue.row is None else f'row {issue.row}'}: {issue.message} (the copy keeps the "
+                      "row as read)", {"row": issue.row, "issue": issue.message}) for issue in read.issues]
     rows, repair_notes = repair_rows(read.rows, file_format, ranking)
     notes += repair_notes
     if placeholders:
         rows = [fill_row(row, placeholders, PLACEHOLDER) for row in rows]
-        notes.append(f"filled {', '.join('{{' + name + '}}' for name in sorted(placeholders))}")
+        names = ", ".join("{{" + name + "}}" for name in sorted(placeholders))
+        notes.append(Message("data.filled", f"filled {names}", {"names": names}))
     target = spec_for(rows, "alpaca" if file_format == "alpaca" else "sharegpt", ranking, out_path.stem)
     kept, dropped = [], []
     for index, row in enumerate(rows):
@@ -471,12 +477,15 @@ def convert_file(path: Path, out_path: Path, *, formatting: str | None = None,
         except RowError as exc:
             dropped.append(f"row {index + 1}: {exc.detail}")
     if dropped:
-        notes.append(f"left out {len(dropped)} row(s) that could not be repaired: " + "; ".join(dropped[:5])
-                     + (" ..." if len(dropped) > 5 else ""))
+        which = "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else "")
+        notes.append(Message("data.left_out", f"left out {len(dropped)} row(s) that could not be repaired: {which}",
+                             {"rows": len(dropped), "which": which}))
     if not kept:
         raise DataError(f"No row of {path} could be repaired ({dropped[0] if dropped else 'no rows'}); nothing "
                         "was written.")
     write_rows_atomic(out_path, kept)
     report = check_file(out_path, formatting="alpaca" if file_format == "alpaca" else "sharegpt")
-    report.notes = notes + [f"wrote {len(kept)} of {len(read.rows)} rows to {out_path}"]
+    notes.append(Message("data.wrote", f"wrote {len(kept)} of {len(read.rows)} rows to {out_path}",
+                         {"kept": len(kept), "rows": len(read.rows), "path": str(out_path)}))
+    report.notes, report.note_messages = [note.text for note in notes], notes
     return report

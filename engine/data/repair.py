@@ -16,6 +16,7 @@ from typing import Any
 from engine.data.formats import (ASSISTANT_SIDE, FUNCTION, OBSERVATION, ROLE_ALIASES, TOOL_RESPONSE_JOIN, USER,
                                  USER_SIDE)
 from engine.data.text import loads_json
+from engine.messages import Message
 
 ALPACA_FIELDS: dict[str, tuple[str, ...]] = {
     "instruction": ("instruction", "prompt", "question"),
@@ -40,13 +41,25 @@ def fill_row(value: Any, values: dict[str, str], pattern: re.Pattern) -> Any:
     return value
 
 
-def repair_rows(rows: list[Any], file_format: str, ranking: bool) -> tuple[list[dict], list[str]]:
-    """Repaired rows and notes on what changed (rows that are not objects are left out)."""
-    notes: Counter[str] = Counter()
+class _Notes(Counter):
+    """What a repair changed, counted per note; ``coded`` keeps each note as an engine.messages.Message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coded: dict[str, Message] = {}
+
+    def add(self, code: str, text: str, **fields: Any) -> None:
+        self[text] += 1
+        self.coded.setdefault(text, Message(f"data.repair.{code}", text, fields))
+
+
+def repair_rows(rows: list[Any], file_format: str, ranking: bool) -> tuple[list[dict], list[Message]]:
+    """Repaired rows and notes on what changed (rows that are not objects are left out), each with its row count."""
+    notes = _Notes()
     repaired = []
     for row in rows:
         if not isinstance(row, dict):
-            notes["left out rows that are not objects"] += 1
+            notes.add("not_objects", "left out rows that are not objects")
             continue
         if file_format == "alpaca":
             repaired.append(_repair_alpaca(row, notes))
@@ -54,10 +67,11 @@ def repair_rows(rows: list[Any], file_format: str, ranking: bool) -> tuple[list[
             fixed = _repair_conversation(row, ranking, notes)
             if fixed is not None:
                 repaired.append(fixed)
-    return repaired, [f"{note} ({count} row{'s' if count > 1 else ''})" for note, count in notes.items()]
+    return repaired, [Message("data.repair.counted", f"{note} ({count} row{'s' if count > 1 else ''})",
+                              {"note": notes.coded[note], "rows": count}) for note, count in notes.items()]
 
 
-def _repair_alpaca(row: dict, notes: Counter) -> dict:
+def _repair_alpaca(row: dict, notes: _Notes) -> dict:
     out: dict[str, Any] = {}
     for canonical, aliases in ALPACA_FIELDS.items():
         source = next((alias for alias in aliases if alias in row), None)
@@ -65,24 +79,25 @@ def _repair_alpaca(row: dict, notes: Counter) -> dict:
             continue
         value = row[source]
         if source != canonical:
-            notes[f"renamed field {source!r} to {canonical!r}"] += 1
+            notes.add("renamed_field", f"renamed field {source!r} to {canonical!r}", source=source,
+                      canonical=canonical)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
-            notes[f"turned a number in {canonical!r} into text"] += 1
+            notes.add("number_to_text", f"turned a number in {canonical!r} into text", field=canonical)
         out[canonical] = value
     dropped = sorted(set(row) - {alias for aliases in ALPACA_FIELDS.values() for alias in aliases})
     if dropped:
-        notes[f"dropped unknown fields {', '.join(dropped)}"] += 1
+        notes.add("dropped_fields", f"dropped unknown fields {', '.join(dropped)}", fields=", ".join(dropped))
     return out
 
 
-def _repair_conversation(row: dict, ranking: bool, notes: Counter) -> dict | None:
+def _repair_conversation(row: dict, ranking: bool, notes: _Notes) -> dict | None:
     key = "conversations" if isinstance(row.get("conversations"), list) else "messages"
     turns, system = [], [row["system"]] if isinstance(row.get("system"), str) and row["system"] else []
     for message in row.get(key) or []:
         parsed = _parse_message(message, notes)
         if parsed is None:
-            notes["left out rows with a message whose role is unknown"] += 1
+            notes.add("unknown_role", "left out rows with a message whose role is unknown")
             return None
         if parsed[0] == "system":
             system.append(parsed[1])
@@ -90,7 +105,7 @@ def _repair_conversation(row: dict, ranking: bool, notes: Counter) -> dict | Non
             turns.append(parsed)
     turns = _alternate(turns, ranking, notes)
     if not turns:
-        notes["left out rows with no complete user/assistant exchange"] += 1
+        notes.add("no_exchange", "left out rows with no complete user/assistant exchange")
         return None
     out: dict[str, Any] = {"conversations": [{"from": _SHAREGPT_TAGS[role], "value": text} for role, text in turns]}
     if system:
@@ -105,7 +120,7 @@ def _repair_conversation(row: dict, ranking: bool, notes: Counter) -> dict | Non
     return out
 
 
-def _parse_message(message: Any, notes: Counter) -> tuple[str, str] | None:
+def _parse_message(message: Any, notes: _Notes) -> tuple[str, str] | None:
     if not isinstance(message, dict):
         return None
     raw_role = str(message.get("from", message.get("role", ""))).strip()
@@ -114,22 +129,24 @@ def _parse_message(message: Any, notes: Counter) -> tuple[str, str] | None:
         return None
     if message.get("tool_calls"):
         calls = [_tool_call(call) for call in message["tool_calls"]]
-        notes["turned OpenAI tool_calls into function_call turns"] += 1
+        notes.add("tool_calls", "turned OpenAI tool_calls into function_call turns")
         return FUNCTION, json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
     text = _content(message)
     return (role, text) if isinstance(text, str) else None
 
 
-def _known_role(raw_role: str, notes: Counter) -> str | None:
+def _known_role(raw_role: str, notes: _Notes) -> str | None:
     lowered = raw_role.lower()
     if lowered in ROLE_ALIASES:
         if raw_role not in _SHAREGPT_TAGS.values() and raw_role != "system":
-            notes[f"renamed role {raw_role!r} to {_SHAREGPT_TAGS.get(ROLE_ALIASES[lowered], 'system')!r}"] += 1
+            tag = _SHAREGPT_TAGS.get(ROLE_ALIASES[lowered], "system")
+            notes.add("renamed_role", f"renamed role {raw_role!r} to {tag!r}", role=raw_role, tag=tag)
         return ROLE_ALIASES[lowered]
     close = difflib.get_close_matches(lowered, list(ROLE_ALIASES), n=1, cutoff=0.75)
     if not close:
         return None
-    notes[f"renamed the misspelt role {raw_role!r} to {_SHAREGPT_TAGS.get(ROLE_ALIASES[close[0]], 'system')!r}"] += 1
+    tag = _SHAREGPT_TAGS.get(ROLE_ALIASES[close[0]], "system")
+    notes.add("misspelt_role", f"renamed the misspelt role {raw_role!r} to {tag!r}", role=raw_role, tag=tag)
     return ROLE_ALIASES[close[0]]
 
 
@@ -152,25 +169,27 @@ def _tool_call(call: dict) -> dict:
     return {"name": function.get("name"), "arguments": arguments}
 
 
-def _alternate(turns: list[tuple[str, str]], ranking: bool, notes: Counter) -> list[tuple[str, str]]:
+def _alternate(turns: list[tuple[str, str]], ranking: bool, notes: _Notes) -> list[tuple[str, str]]:
     """Merge consecutive same-side turns, drop a leading answer and a trailing question (or answer, for ranking)."""
     merged: list[tuple[str, str]] = []
     for role, text in turns:
         side = role in USER_SIDE
         if merged and merged[-1][0] == role == OBSERVATION:  # several tool results: LF's openai join
             merged[-1] = (role, merged[-1][1] + TOOL_RESPONSE_JOIN + text)
-            notes["joined consecutive tool results into one observation"] += 1
+            notes.add("joined_tool_results", "joined consecutive tool results into one observation")
         elif merged and (merged[-1][0] in USER_SIDE) == side:
             merged[-1] = (merged[-1][0], merged[-1][1] + "\n\n" + text)
-            notes["merged consecutive turns of the same side"] += 1
+            notes.add("merged_turns", "merged consecutive turns of the same side")
         else:
             merged.append((role, text))
     while merged and merged[0][0] in ASSISTANT_SIDE:
         merged.pop(0)
-        notes["dropped an answer that came before any question"] += 1
+        notes.add("leading_answer", "dropped an answer that came before any question")
     want_last = USER_SIDE if ranking else ASSISTANT_SIDE
     while merged and merged[-1][0] not in want_last:
         merged.pop()
-        notes["dropped a trailing message with nothing after it" if not ranking
-              else "dropped trailing answers (preference rows end with the question)"] += 1
+        if ranking:
+            notes.add("trailing_answers", "dropped trailing answers (preference rows end with the question)")
+        else:
+            notes.add("trailing_message", "dropped a trailing message with nothing after it")
     return merged

@@ -381,3 +381,32 @@ def test_every_code_the_engine_gives_has_chinese():
              for code in re.findall(r"Message\(\s*\"([\w.]+)\"\s*[,)]", path.read_text(encoding="utf-8"))}
     assert len(codes) > 30
     assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]}
+
+
+def _converted_notes(workspace, name):
+    """What the data stage says a conversion changed: a line that is not JSON, a renamed and a misspelt role, an
+    answer before any question, turns of the same side and a trailing question."""
+    from assistant.wizard.stages import data
+    from assistant.wizard.state import new_state
+
+    source = workspace / "messy.jsonl"
+    rows = [{"conversations": [{"from": "gpt", "value": "hey"}, {"from": "user", "value": "hi"},
+                               {"from": "bot", "value": "hello"}, {"from": "asistant", "value": "again"},
+                               {"from": "human", "value": "bye?"}]},
+            {"conversations": [{"from": "human", "value": "2+2?"}, {"from": "gpt", "value": "4"}]}]
+    source.write_text("\n".join(json.dumps(row) for row in rows) + "\nnot json at all\n", encoding="utf-8")
+    outcome = data.onboard(new_state(), workspace / "data", source, name, convert=True)
+    assert outcome.ok, outcome.problems
+    return outcome.notes
+
+
+def test_conversion_notes_read_in_chinese_in_zh_and_as_the_engine_writes_them_in_english(zh, workspace):
+    from engine.data.check import convert_file
+
+    said = _converted_notes(workspace, "messy_zh")
+    assert "跳过第 3 行（不是有效的 JSON）" in said and len(said) >= 5
+    for note in said:
+        assert not english_left(note), english_left(note)
+    i18n.set_language("en")
+    engine = convert_file(workspace / "messy.jsonl", workspace / "again.json").notes
+    assert _converted_notes(workspace, "messy_en") == engine[:-1] and engine[-1].startswith("wrote 2 of 2 rows")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
 from engine.resources import resource_dir
@@ -391,7 +391,8 @@ def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind:
     notes: list[str] = []
     try:
         if convert:
-            notes = [note for note in convert_file(source, target).notes if not note.startswith("wrote ")]
+            notes = [t_message(note) for note in convert_file(source, target).note_messages
+                     if note.code != "data.wrote"]  # in the interface language; the copy's path shows apart
         elif target.resolve() != source.resolve():
             copy_file_new(source, target)  # whole or absent, even when killed; never over another file
         entry, problems = _entry_for(target, kind)
