@@ -167,6 +167,7 @@ STRINGS: dict[str, str] = {
     "model.build": "Build the demo model in the background",
     "model.family": "Family {family} · template {template} (from {rule})",
     "model.example": "Example config: {path}",
+    "model.example_missing": "The example {path} named in the skill file is missing: reinstall lf-assistant from a source checkout.",
     "model.example_custom": "No example for a custom model: {example} (Qwen3) is the starting point.",
     "model.example_adapted": "No preference example for {family}: adapted {example} (Qwen3's); model, template and the demo sizes are set for your model in the diff.",
     "model.example_method": "{example} is a LoRA example: finetuning_type is set to {method} (see the diff).",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ModelError
+from engine.messages import Message
 from engine.resources import resource_dir
 
 EXAMPLES_DIR = resource_dir("examples")
@@ -309,6 +310,12 @@ def get_family(name: str) -> Family:
 
 def nearest_example(family: str, method: str) -> tuple[Path, str | None]:
     """The example YAML for a family and method, and a note when another family's example had to stand in."""
+    path, note = nearest_example_message(family, method)
+    return path, note.text if note else None
+
+
+def nearest_example_message(family: str, method: str) -> tuple[Path, Message | None]:
+    """``nearest_example`` with its note as an engine.messages.Message."""
     if method not in EXAMPLE_LAYOUT:
         raise ModelError(f"Unknown method {method!r}. Known methods: {', '.join(METHODS)}.")
     fam = get_family(family)
@@ -322,11 +329,16 @@ def nearest_example(family: str, method: str) -> tuple[Path, str | None]:
         if path.is_file():
             if candidate == family:
                 return path, None
-            return path, (f"There is no {method} example for {fam.display}; adapted {path.name} from "
-                          f"{FAMILIES[candidate].display}: set model_name_or_path to your model and "
-                          f"template to {fam.template}.")
-    raise ModelError(f"No {method} example found under {EXAMPLES_DIR}: the examples/ folder is missing "
-                     "(run from a source checkout of lf-assistant).")
+            text = (f"There is no {method} example for {fam.display}; adapted {path.name} from "
+                    f"{FAMILIES[candidate].display}: set model_name_or_path to your model and template to "
+                    f"{fam.template}.")
+            return path, Message("models.example_adapted", text, {
+                "method": method, "family": fam.display, "example": path.name,
+                "from_family": FAMILIES[candidate].display, "template": fam.template})
+    text = (f"No {method} example found under {EXAMPLES_DIR}: the examples/ folder is missing (run from a source "
+            "checkout of lf-assistant).")
+    raise ModelError(text, message=Message("models.no_example", text, {"method": method,
+                                                                       "folder": str(EXAMPLES_DIR)}))
 
 
 def example_config(family: str, method: str) -> Path:

@@ -410,3 +410,23 @@ def test_conversion_notes_read_in_chinese_in_zh_and_as_the_engine_writes_them_in
     i18n.set_language("en")
     engine = convert_file(workspace / "messy.jsonl", workspace / "again.json").notes
     assert _converted_notes(workspace, "messy_en") == engine[:-1] and engine[-1].startswith("wrote 2 of 2 rows")
+
+
+def test_an_adapted_example_and_a_missing_one_are_said_in_chinese(zh, skill, tmp_path):
+    from dataclasses import replace
+
+    from assistant.wizard.stages import model
+    from engine.models.registry import FAMILIES, nearest_example
+
+    _path, note = model.example_for(skill, "demo", "qlora")
+    assert "没有 qlora 示例" in note and not english_left(note.replace(FAMILIES["demo"].display, "")), note
+    own = replace(skill.stage("model"), settings={"examples": {}, "fallback_example": "gone.yaml"})
+    preference = replace(skill, stages=tuple(own if s.id == "model" else s for s in skill.stages))
+    with pytest.raises(Exception) as missing:
+        model.example_for(preference, "qwen3", "lora")
+    assert "不存在" in str(missing.value) and not english_left(str(missing.value))
+    i18n.set_language("en")
+    assert model.example_for(skill, "demo", "qlora")[1] == nearest_example("demo", "qlora")[1]
+    with pytest.raises(Exception) as missing:
+        model.example_for(preference, "qwen3", "lora")
+    assert str(missing.value).startswith("The example ") and "is missing: reinstall lf-assistant" in str(missing.value)

@@ -88,12 +88,13 @@ def example_for(skill: Skill, family: str, method: str) -> tuple[Path, str | Non
     settings = skill.stage(STAGE).settings
     if "examples" in settings:
         return _skill_example(settings, family, method)
-    from engine.models.registry import FAMILIES, nearest_example
+    from engine.models.registry import FAMILIES, nearest_example_message
 
     if family not in FAMILIES:  # a custom model with a user-given template: the most common layout stands in
-        path, _ = nearest_example("qwen3", method)
+        path, _ = nearest_example_message("qwen3", method)
         return path, t("model.example_custom", example=path.name)
-    return nearest_example(family, method)
+    path, note = nearest_example_message(family, method)
+    return path, t_message(note) if note else None
 
 
 def _skill_example(settings: dict, family: str, method: str) -> tuple[Path, str | None]:
@@ -102,8 +103,7 @@ def _skill_example(settings: dict, family: str, method: str) -> tuple[Path, str 
     own = settings["examples"].get(family)
     path = EXAMPLES_DIR / (own or settings["fallback_example"])
     if not path.is_file():
-        raise ModelError(f"The example {path} named in the skill file is missing: reinstall lf-assistant from a "
-                         "source checkout.")
+        raise ModelError(t("model.example_missing", path=str(path)))
     notes = []
     if not own:
         name = FAMILIES[family].display if family in FAMILIES else family
@@ -136,7 +136,7 @@ def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None
     try:
         example, note = example_for(skill, resolution.family, state.method or "lora")
     except EngineError as exc:
-        return refused(str(exc), code="no_example")
+        return refused(t_message(exc.message, str(exc)), code="no_example")
     local = resolution.local_path if resolution.local_complete else None
     new = state.replace(model=text, family=resolution.family, template=resolution.template,
                         template_rule=resolution.rule, example=str(example), example_note=note,
