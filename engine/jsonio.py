@@ -79,25 +79,26 @@ def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
 
 
 def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *, fix: str,
-                error: type[Exception] = ValueError) -> dict | None:
+                error: type[Exception] = ValueError, max_bytes: int = MAX_RECORD_BYTES,
+                what: str = "the record lf-assistant writes there") -> dict | None:
     """A JSON object lf-assistant wrote (a record beside a model, in a run folder), checked before it is trusted:
     None when there is no such file; `error` naming the file (and the field) and ending with `fix` when it cannot be
-    read, is not JSON, nests too deep, is not an object, or a listed field has another type (null counts as the
-    field being absent). Fields not listed are kept as they are."""
+    read, is larger than `max_bytes`, is not JSON, nests too deep, is not an object, or a listed field has another
+    type (null counts as the field being absent). Fields not listed are kept as they are. `what` names the file
+    in the messages about size and encoding (a file another program writes: "a model's config.json")."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return None
     try:
         with open(path, "rb") as stream:
-            raw = stream.read(MAX_RECORD_BYTES + 1)
-        if len(raw) > MAX_RECORD_BYTES:
-            raise error(f"{path} is larger than {MAX_RECORD_BYTES >> 20} MB, far larger than the record lf-assistant "
-                        f"writes there. {fix}")
+            raw = stream.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise error(f"{path} is larger than {max_bytes >> 20} MB, far larger than {what}. {fix}")
         data = loads_json(raw.decode("utf-8"))
     except OSError as exc:
         raise error(f"{path} cannot be read ({exc.strerror or exc}). {fix}") from None
     except UnicodeDecodeError:
-        raise error(f"{path} is not UTF-8 text, so not the record lf-assistant writes there. {fix}") from None
+        raise error(f"{path} is not UTF-8 text, so not {what}. {fix}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path} is not valid JSON ({exc.msg}). {fix}") from None
     if not isinstance(data, dict):

@@ -155,14 +155,17 @@ def _dataset_source_problem(spec, dataset_dir, cache_dir) -> None:
     if spec.is_local:
         dataset_file_path(spec, dataset_dir)
         return
-    from engine.data.hub import hub_dataset, is_cached, snapshot_dir
+    from engine.data.hub import hub_dataset, is_cached, listing_damage, snapshot_dir
     from engine.errors import DataError
     from engine.models.download import is_offline
 
     ref = hub_dataset(spec)
     if ref.source != "script" and is_offline() and not is_cached(ref, cache_dir):
+        folder = snapshot_dir(ref, cache_dir)
+        damage = listing_damage(folder)
+        where = damage or f"it is not in the cache ({folder})."
         raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) needs a download and HF_HUB_OFFLINE is set: "
-                        f"it is not in the cache ({snapshot_dir(ref, cache_dir)}). Download it where there is network "
+                        f"{where} Download it where there is network "
                         f"(`lf-assistant data download {spec.name}`), or put the file in dataset_dir.")
 
 

@@ -15,11 +15,10 @@ that holds a loading script (.py): reading it would run that code.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from engine.data.registry import DatasetSpec
 from engine.errors import DataError
@@ -91,12 +90,42 @@ def snapshot_dir(ref: HubDataset, cache_dir: str | None = None) -> Path:
     return cache_root(cache_dir) / "lf-assistant" / ref.source / ref.repo_id.replace("/", "--")
 
 
+MAX_MANIFEST_BYTES = 64 << 20
+"""A repository of a hundred thousand files lists in a few MB; a file far larger is not the list a download wrote."""
+
+
+def _listing(folder: Path) -> dict[str, int | None] | None:
+    """The download's file list {path in the repo: size in bytes, or null when the hub gave none}; None when there is
+    none yet; DataError naming the file when it is damaged (not JSON, not a list of files in the folder with
+    their sizes): a list that cannot be trusted never makes a copy count as complete."""
+    from engine.jsonio import kind_words, read_record
+
+    path = folder / MANIFEST
+    fix = "The copy there is not used until the dataset is downloaded again."
+    data = read_record(path, {"files": dict}, fix=fix, error=DataError, max_bytes=MAX_MANIFEST_BYTES,
+                       what="the file list a dataset download writes")
+    if data is None:
+        return None
+    files = data.get("files")
+    if not files:
+        raise DataError(f"{path} lists no files. {fix}")
+    for name, size in files.items():
+        parts = PurePosixPath(name).parts
+        if not parts or name.startswith(("/", "~")) or ".." in parts or Path(name).is_absolute():
+            raise DataError(f"{path} lists {short_repr(name, 80)}, which is not a path inside the download's "
+                            f"folder. {fix}")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise DataError(f"{path}: the size of {short_repr(name, 80)} must be a whole number of bytes, not "
+                            f"{kind_words(size)}. {fix}")
+    return files
+
+
 def missing_files(folder: Path) -> list[str] | None:
     """Files the download's list names that are absent or of another size ([] when complete); None when the
-    folder holds no finished listing (never downloaded, or stopped before the list arrived)."""
-    try:
-        listed = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    folder holds no listing (never downloaded, or stopped before the list arrived); DataError when the list is
+    damaged."""
+    listed = _listing(folder)
+    if listed is None:
         return None
     missing = []
     for name, size in listed.items():
@@ -106,8 +135,20 @@ def missing_files(folder: Path) -> list[str] | None:
     return missing
 
 
+def listing_damage(folder: Path) -> str | None:
+    """What is wrong with the download's file list in `folder`, or None (none there yet, or intact)."""
+    try:
+        _listing(folder)
+    except DataError as exc:
+        return str(exc)
+    return None
+
+
 def is_cached(ref: HubDataset, cache_dir: str | None = None) -> bool:
-    return missing_files(snapshot_dir(ref, cache_dir)) == []
+    try:
+        return missing_files(snapshot_dir(ref, cache_dir)) == []
+    except DataError:  # a damaged list: downloading again writes a new one
+        return False
 
 
 def download_status(spec: DatasetSpec, cache_dir: str | None = None) -> str:
@@ -119,9 +160,13 @@ def download_status(spec: DatasetSpec, cache_dir: str | None = None) -> str:
     if ref.source == "script":
         return f"{spec.name}: read from {ref.describe()}, no download"
     folder = snapshot_dir(ref, cache_dir)
-    if is_cached(ref, cache_dir):
+    try:
+        missing = missing_files(folder)
+    except DataError as exc:
+        return (f"{spec.name}: {ref.describe()}: needs a download: {exc} (training downloads it when online, or run "
+                f"`lf-assistant data download {spec.name}`)")
+    if missing == []:
         return f"{spec.name}: {ref.describe()}: downloaded and complete in {folder}"
-    missing = missing_files(folder)
     state = "partly downloaded" if missing else "needs a download"
     return (f"{spec.name}: {ref.describe()}: {state}, not cached (training downloads it when online, or run "
             f"`lf-assistant data download {spec.name}`)")
@@ -143,9 +188,10 @@ def read_hub_records(spec: DatasetSpec, dataset_dir: Path, cache_dir: str | None
     else:
         folder = snapshot_dir(ref, cache_dir)
         if not is_cached(ref, cache_dir):
-            raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) needs a download and is not in the cache "
-                            f"({folder}): run `lf-assistant data download {spec.name}` (training downloads it "
-                            "itself when online).")
+            damage = listing_damage(folder)
+            where = f": {damage} Run" if damage else f" and is not in the cache ({folder}): run"
+            raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) needs a download{where} `lf-assistant data "
+                            f"download {spec.name}` (training downloads it itself when online).")
     if _has_loading_script(folder):
         raise DataError(f"Dataset {spec.name!r} ({ref.describe()}) comes with a loading script (.py): reading it "
                         "would run that code, which lf-assistant does not do (datasets >= 4 refuses it too). Use a "

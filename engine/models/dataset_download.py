@@ -14,7 +14,10 @@ from engine.models.download import MANIFEST, DownloadJob, is_offline  # noqa: F4
 
 def check_snapshot(folder: Path):
     """The download's final check, as the model downloads report it (engine.models.cache.CacheCheck)."""
-    missing = missing_files(folder)
+    try:
+        missing = missing_files(folder)
+    except DataError as exc:
+        return CacheCheck(folder, False, "local", [str(exc)], 0)
     if missing is None:
         problems = ["the file list never arrived"]
     elif missing:

@@ -3,6 +3,7 @@ fake hub on 127.0.0.1 into the verified cache, with progress and cancel, and the
 `train --check` says which need a download; om_hub_url, loading scripts and multimodal entries are refused by name."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,33 @@ def test_refusals_by_name(data_dir, hub_repos, online, monkeypatch):
     assert (snapshot_dir(hub_dataset(get_dataset_spec("hub_script", data_dir))) / "repo_script.py").is_file()
     with pytest.raises(DataError, match="loading script"):
         load_examples("hub_script", data_dir)
+
+
+@pytest.mark.parametrize("listing, words", [
+    ('{"files": ["train.jsonl"]}', "the field 'files' must be an object, not a list"),
+    ('{"files": {"../../../etc/passwd": 0}}', "'../../../etc/passwd', which is not a path inside"),
+    ('{"files": {"/etc/hostname": 0}}', "'/etc/hostname', which is not a path inside"),
+    ('{"files": {"train.jsonl": "big"}}', "the size of 'train.jsonl' must be a whole number of bytes, not text"),
+    ('{"files": {}}', "lists no files"),
+    ("[" * 100 + "]" * 100, "nested more than 64 levels deep"),
+], ids=["list", "parent", "absolute", "size", "empty", "deep"])
+def test_a_damaged_download_list_is_named_and_never_counts_as_complete(data_dir, online, monkeypatch, listing, words):
+    spec = get_dataset_spec("hub_py", data_dir)
+    folder = snapshot_dir(hub_dataset(spec))
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text(rows("py", 2), encoding="utf-8")
+    (folder / ".lfa-manifest.json").write_text(listing, encoding="utf-8")
+    assert not is_cached(hub_dataset(spec))
+    with pytest.raises(DataError, match="needs a download: .*" + re.escape(words)):
+        load_examples("hub_py", data_dir)
+    note = " ".join(check_notes(config(data_dir, "hub_py")))
+    assert words in note and "not used until the dataset is downloaded again" in note
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    problems = engine.validate(config(data_dir, "hub_py"))
+    assert any("HF_HUB_OFFLINE is set" in p and words in p for p in problems), problems
+    from engine.models.dataset_download import check_snapshot
+
+    assert words in check_snapshot(folder).problems[0]
 
 
 def test_the_hub_is_chosen_as_llamafactory_chooses_it(data_dir, monkeypatch):
