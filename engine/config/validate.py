@@ -109,13 +109,14 @@ def _deepspeed_problems(c: TrainConfig) -> list[str]:
 
 
 def _data_problems(c: TrainConfig) -> list[str]:
-    from engine.data.tokenized import has_tokenized, tokenized_path_problem
+    from engine.data.tokenized import has_tokenized, saved_problem, tokenized_path_problem
 
     problem = tokenized_path_problem(c.tokenized_path)
     if problem:
         return [problem]
     if c.tokenized_path and has_tokenized(c.tokenized_path):
-        return []  # the saved samples are read; the dataset keys are not (as in LLaMA-Factory)
+        problem = saved_problem(c.tokenized_path, c.stage)
+        return [problem] if problem else []  # the saved samples are read; the dataset keys are not (as in LLaMA-Factory)
     if not c.dataset:
         return ["dataset is empty: name one or more datasets from dataset_info.json (for example identity)."]
     from engine.config.paths import dataset_dir_of
@@ -322,7 +323,10 @@ def check_notes(config: TrainConfig) -> list[str]:
 
     if config.tokenized_path:
         if has_tokenized(config.tokenized_path):
-            saved = describe(config.tokenized_path)
+            try:
+                saved = describe(config.tokenized_path)
+            except EngineError:  # a damaged record: listed as a problem
+                saved = {}
             notes.append(f"tokenized_path: trains on the samples saved in {config.tokenized_path} "
                          f"({saved.get('train', '?')} train / {saved.get('eval', '?')} eval); dataset is not read")
         else:

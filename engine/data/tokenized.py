@@ -55,13 +55,36 @@ def tokenized_path_problem(path: str | None) -> str | None:
     return None
 
 
+_RECORD_FIX = "Remove the folder (or give another tokenized_path) to tokenize again."
+_RECORD_FIELDS = {"stage": str, "template": str, "cutoff_len": int, "dataset": str, "eval_dataset": str,
+                  "model": str, "train": int, "eval": int}
+# The columns each stage's batches read (engine.data.encode / feedback); LLaMA-Factory's names where they differ.
+STAGE_COLUMNS = {"sft": ("input_ids", "labels"), "pt": ("input_ids", "labels"),
+                 "dpo": ("chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"),
+                 "kto": ("input_ids", "labels", "kl_input_ids", "kl_labels", "kto_tag")}
+STAGE_COLUMNS["rm"] = STAGE_COLUMNS["dpo"]
+LF_COLUMN_NAMES = {"kto_tags": "kto_tag"}
+
+
 def describe(path: str | Path) -> dict:
-    """The record of saved tokenized data ({} for a folder LLaMA-Factory wrote)."""
-    record = _folder(path) / RECORD
+    """The record of saved tokenized data ({} for a folder LLaMA-Factory wrote); DataError naming the file when
+    it is damaged (not JSON, not an object, a field of another type)."""
+    from engine.jsonio import read_record
+
+    return read_record(_folder(path) / RECORD, _RECORD_FIELDS, fix=_RECORD_FIX, error=DataError) or {}
+
+
+def saved_problem(path: str | Path, stage: str) -> str | None:
+    """Why the data saved in tokenized_path cannot train `stage`, as far as its record tells: the record is
+    damaged, or the data was tokenized for another stage."""
     try:
-        return json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
-    except (OSError, ValueError):
-        return {}
+        made_for = describe(path).get("stage")
+    except DataError as exc:
+        return str(exc)
+    if made_for and made_for != stage:
+        return (f"tokenized_path {path} holds data tokenized for stage {made_for}; this run is stage {stage}. "
+                "Give another tokenized_path (a new folder is filled on the first run).")
+    return None
 
 
 @contextmanager
@@ -99,25 +122,93 @@ def save_tokenized(path: str | Path, train: list[dict], evaluation: list[dict], 
     return folder
 
 
-def load_tokenized(path: str | Path, stage: str) -> tuple[list[dict], list[dict]]:
-    """(train, eval) samples from saved tokenized data; DataError when it was made for another stage."""
+def load_tokenized(path: str | Path, stage: str, vocab_size: int | None = None) -> tuple[list[dict], list[dict]]:
+    """(train, eval) samples from saved tokenized data; DataError when its record is damaged or names another
+    stage, or when the samples are not what `stage` trains on (columns missing, not lists of token ids, labels
+    of another length than the ids, ids past `vocab_size`: tokenized for another model)."""
     from datasets import load_from_disk
 
+    problem = saved_problem(path, stage)
+    if problem:
+        raise DataError(problem)
     folder = _folder(path)
-    made_for = describe(folder).get("stage")
-    if made_for and made_for != stage:
-        raise DataError(f"tokenized_path {path} holds data tokenized for stage {made_for}; this run is stage {stage}. "
-                        "Give another tokenized_path (a new folder is filled on the first run).")
     try:
         saved = load_from_disk(str(folder))
-    except (OSError, ValueError, FileNotFoundError) as exc:
-        raise DataError(f"tokenized_path {path} cannot be read as saved tokenized data: {exc}. Remove the folder "
+    except Exception as exc:  # datasets raises what its readers raise: JSON, arrow, type and key errors
+        first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise DataError(f"tokenized_path {path} cannot be read as saved tokenized data: {first}. Remove the folder "
                         "(or give another one) to tokenize again.") from None
     splits = saved if hasattr(saved, "keys") else {"train": saved}
     if "train" not in splits:
         raise DataError(f"tokenized_path {path} has no train split (it has: {', '.join(splits.keys())}).")
     evaluation = splits["validation"] if "validation" in splits else None
-    return _rows(splits["train"]), _rows(evaluation) if evaluation is not None else []
+    loaded = []
+    for name, dataset in (("train", splits["train"]), ("validation", evaluation)):
+        if dataset is None:
+            loaded.append([])
+            continue
+        dataset = _lf_names(dataset, stage)
+        sample_problem = _column_problem(dataset, stage, vocab_size)
+        if sample_problem:
+            raise DataError(f"tokenized_path {path}: in the {name} split, {sample_problem}, so it is not data tokenized "
+                            f"for this stage ({stage}) and model. Remove the folder (or give another one) to "
+                            "tokenize again.")
+        loaded.append(_rows(dataset))
+    return loaded[0], loaded[1]
+
+
+def _lf_names(dataset, stage: str):
+    """LLaMA-Factory's columns under the names the batches read: kto_tags is kto_tag, and its pre-training data has
+    no labels (its collator copies the ids)."""
+    renames = {old: new for old, new in LF_COLUMN_NAMES.items()
+               if old in dataset.column_names and new not in dataset.column_names}
+    if renames:
+        dataset = dataset.rename_columns(renames)
+    if stage == "pt" and "labels" not in dataset.column_names and "input_ids" in dataset.column_names:
+        dataset = dataset.add_column("labels", dataset["input_ids"])
+    return dataset
+
+
+def _column_problem(dataset, stage: str, vocab_size: int | None) -> str | None:
+    """What in the saved columns `stage` cannot train on (checked on the arrow columns, without a Python loop)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from engine.data.encode import IGNORE_INDEX
+
+    needed = STAGE_COLUMNS.get(stage, ())
+    absent = [name for name in needed if name not in dataset.column_names]
+    if absent:
+        return f"there is no column {', '.join(absent)} (it has: {', '.join(dataset.column_names[:8]) or 'none'})"
+    table = dataset.data.table
+    lengths = {}
+    for name in needed:
+        column = table.column(name)
+        if name == "kto_tag":
+            if not (pa.types.is_boolean(column.type) or pa.types.is_integer(column.type)) or column.null_count:
+                return f"column kto_tag holds {column.type}, not true/false per sample"
+            continue
+        kind = column.type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_integer(kind.value_type):
+            return f"column {name} holds {kind}, not lists of token ids"
+        if column.null_count:
+            return f"column {name} is empty in {column.null_count} sample(s)"
+        values = pc.list_flatten(column)
+        if len(values):
+            low, high = pc.min_max(values).values()
+            low, high = low.as_py(), high.as_py()
+            floor = IGNORE_INDEX if name.endswith("labels") else 0
+            if low < floor:
+                return f"column {name} holds the id {low}, which no token has"
+            if vocab_size and high >= vocab_size:
+                return (f"column {name} holds the token id {high}, past the model's vocabulary ({vocab_size} "
+                        "tokens)")
+        lengths[name] = pc.list_value_length(column)
+    for ids in (name for name in needed if name.endswith("input_ids")):
+        labels = ids.replace("input_ids", "labels")
+        if labels in lengths and not pc.all(pc.equal(lengths[ids], lengths[labels])).as_py():
+            return f"column {labels} has another length than {ids} in some samples"
+    return None
 
 
 def _rows(dataset) -> list[dict]:

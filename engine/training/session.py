@@ -105,7 +105,7 @@ class Session:
         from engine.data.tokenized import TokenizedDataSaved, has_tokenized, load_tokenized, save_tokenized
 
         if has_tokenized(path):
-            train, evaluation = load_tokenized(path, self.config.stage)
+            train, evaluation = load_tokenized(path, self.config.stage, len(self.tokenizer))
             logger.info(f"data: {len(train)} train / {len(evaluation)} eval samples read from tokenized_path {path}; "
                         "the dataset keys are not read (as in LLaMA-Factory)")
             return train, evaluation

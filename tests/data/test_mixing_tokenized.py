@@ -2,6 +2,7 @@
 tokenized_path saves the encoded samples once (that run stops, as LLaMA-Factory's preprocessing) and reuses them."""
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -116,3 +117,65 @@ def test_tokenized_path_refuses_foreign_folders_and_other_stages(demo_model_dir,
     save_tokenized(tmp_path / "t", [{"input_ids": [1, 2], "labels": [1, 2]}], [], {"stage": "sft"})
     with pytest.raises(DataError, match="tokenized for stage sft; this run is stage dpo"):
         load_tokenized(tmp_path / "t", "dpo")
+
+
+@pytest.mark.parametrize("record, words", [
+    ("not json", "lfa_tokenized.json is not valid JSON"),
+    ("[1]", "lfa_tokenized.json must hold a JSON object, not a list"),
+    ('{"stage": ["sft"]}', "the field 'stage' must be text, not a list"),
+    ("[" * 100 + "]" * 100, "nested more than 64 levels deep"),
+    ('{"stage": "dpo"}', "holds data tokenized for stage dpo; this run is stage sft"),
+], ids=["text", "list", "stage-list", "deep", "other-stage"])
+def test_a_damaged_or_foreign_tokenized_record_is_a_problem_before_training(demo_model_dir, tmp_path, record, words):
+    from engine.config.validate import check_notes
+    from engine.data.tokenized import load_tokenized, save_tokenized
+    from engine.errors import DataError
+
+    save_tokenized(tmp_path / "tokenized", [{"input_ids": [1, 2], "labels": [1, 2]}], [], {"stage": "sft"})
+    (tmp_path / "tokenized" / "lfa_tokenized.json").write_text(record, encoding="utf-8")
+    config = tiny(demo_model_dir, tmp_path)
+    assert any(words in p for p in engine.validate(config)), engine.validate(config)
+    assert any(note.startswith("tokenized_path: trains on") for note in check_notes(config))
+    with pytest.raises(DataError, match=re.escape(words)):
+        load_tokenized(tmp_path / "tokenized", "sft")
+
+
+@pytest.mark.parametrize("rows, stage, words", [
+    ([{"text": "hello"}], "sft", "there is no column input_ids, labels (it has: text)"),
+    ([{"input_ids": "abc", "labels": "abc"}], "sft", "column input_ids holds string, not lists of token ids"),
+    ([{"input_ids": [1, 2, 3], "labels": [1, 2]}], "sft", "column labels has another length than input_ids"),
+    ([{"input_ids": [1, 2], "labels": [1, 99999]}], "sft", "holds the token id 99999, past the model's vocabulary"),
+    ([{"input_ids": [1, -5], "labels": [1, 2]}], "sft", "column input_ids holds the id -5, which no token has"),
+    ([{"input_ids": [1, 2], "labels": [1, 2]}], "dpo", "there is no column chosen_input_ids"),
+], ids=["text", "strings", "lengths", "vocab", "negative", "stage"])
+def test_saved_samples_another_stage_or_model_cannot_train_on_are_refused(tmp_path, rows, stage, words):
+    from datasets import Dataset, DatasetDict
+
+    from engine.data.tokenized import load_tokenized
+    from engine.errors import DataError
+
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "lf"))
+    with pytest.raises(DataError, match=re.escape(words) + ".*Remove the folder"):
+        load_tokenized(tmp_path / "lf", stage, vocab_size=1000)
+
+
+def test_llamafactory_pretraining_and_kto_columns_are_read_under_the_names_training_uses(tmp_path):
+    from datasets import Dataset
+
+    from engine.data.tokenized import load_tokenized
+
+    Dataset.from_list([{"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1]}]).save_to_disk(str(tmp_path / "pt"))
+    assert load_tokenized(tmp_path / "pt", "pt") == ([{"input_ids": [5, 6, 7], "labels": [5, 6, 7]}], [])
+    Dataset.from_list([{"input_ids": [1], "labels": [1], "kl_input_ids": [2], "kl_labels": [2], "kto_tags": True}]) \
+        .save_to_disk(str(tmp_path / "kto"))
+    assert load_tokenized(tmp_path / "kto", "kto")[0][0]["kto_tag"] is True
+
+
+def test_a_damaged_saved_dataset_is_named_instead_of_failing_inside_datasets(tmp_path):
+    from engine.data.tokenized import load_tokenized, save_tokenized
+    from engine.errors import DataError
+
+    save_tokenized(tmp_path / "t", [{"input_ids": [1, 2], "labels": [1, 2]}], [], {"stage": "sft"})
+    (tmp_path / "t" / "dataset_dict.json").write_text('{"splits": 5}', encoding="utf-8")
+    with pytest.raises(DataError, match="cannot be read as saved tokenized data.*Remove the folder"):
+        load_tokenized(tmp_path / "t", "sft")
