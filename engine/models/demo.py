@@ -25,10 +25,11 @@ from typing import Literal
 
 from engine.errors import ModelError
 from engine.filemodes import follow_umask
-from engine.jsonio import write_text_atomic
+from engine.jsonio import read_record, write_text_atomic
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 BUILD_MARKER = "lf_demo_build.json"
+_MARKER_FIELDS = {"name": str, "spec_hash": str, "recipe_version": int, "files": dict}
 # How many times each bundled file is fed to the BPE trainer. The Python docs are 5x larger than the everyday text;
 # weighting the everyday text up makes ordinary chat cost ~1.8 instead of ~2.0 tokens per word (measured on
 # alpaca_en_demo outputs), so "quick" and "tea" become single tokens.
@@ -144,8 +145,7 @@ def is_demo_model(path_or_name: str | Path) -> bool:
     """True for a demo model name, or a folder holding a finished demo build."""
     if isinstance(path_or_name, str) and path_or_name in DEMO_MODELS:
         return True
-    marker = _read_marker(Path(path_or_name))
-    return marker is not None and marker.get("name") in DEMO_MODELS
+    return marker_name(Path(path_or_name)) is not None
 
 
 def is_built(name: str = "lf-tiny-qwen3", out_dir: str | Path | None = None) -> bool:
@@ -293,11 +293,28 @@ def _init_model(spec: DemoSpec, tokenizer):
     return model
 
 
-def _read_marker(folder: Path) -> dict | None:
+def _marker_problem(folder: Path) -> str | None:
+    """What is wrong with the folder's build marker (not JSON, not an object, a field of another type); None when
+    it is intact or absent."""
     try:
-        return json.loads((folder / BUILD_MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        read_record(folder / BUILD_MARKER, _MARKER_FIELDS, fix="")
+    except ValueError as exc:
+        return str(exc).strip()
+    return None
+
+
+def _read_marker(folder: Path) -> dict | None:
+    """The build marker, or None when there is none or it is damaged (then the folder is no build of ours)."""
+    try:
+        return read_record(folder / BUILD_MARKER, _MARKER_FIELDS, fix="")
+    except ValueError:
         return None
+
+
+def marker_name(folder: Path) -> str | None:
+    """The demo model a folder holds a build of, by its marker; None when none (or the marker is damaged)."""
+    name = (_read_marker(folder) or {}).get("name")
+    return name if name in DEMO_MODELS else None
 
 
 def _is_complete(folder: Path, expected_hash: str) -> bool:
@@ -307,7 +324,8 @@ def _is_complete(folder: Path, expected_hash: str) -> bool:
         return False
     files = marker.get("files") or {}
     return bool(files) and all(
-        (folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items()
+        isinstance(size, int) and "/" not in name and name not in (".", "..")
+        and (folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items()
     )
 
 
@@ -318,8 +336,10 @@ def _refuse_foreign_folder(target: Path) -> None:
     if not target.is_dir():
         raise ModelError(f"{target} exists and is not a folder. Pass another output path for the demo model.")
     if any(target.iterdir()) and _read_marker(target) is None:
+        damage = _marker_problem(target)
+        why = f" (its build marker is damaged: {damage})" if damage else ""
         raise ModelError(
-            f"{target} already holds files that are not a demo model build; it was left untouched. "
+            f"{target} already holds files that are not a demo model build{why}; it was left untouched. "
             "Pass another output path (--out) or remove that folder yourself."
         )
 

@@ -105,13 +105,12 @@ def read_chat_template(folder: Path) -> str | None:
 
 def _demo_entry(model: str) -> ModelEntry | None:
     try:
-        from engine.models.demo import BUILD_MARKER, is_demo_model
+        from engine.models.demo import is_demo_model, marker_name
     except ImportError:
         return MODELS.get(model) if model in MODELS and MODELS[model].family == "demo" else None
     if not is_demo_model(model):
         return None
-    name = model if model in MODELS else _read_json(Path(model) / BUILD_MARKER).get("name", "")
-    return MODELS.get(name)
+    return MODELS.get(model if model in MODELS else marker_name(Path(model)) or "")
 
 
 def _registry_entry(model: str, folder: Path | None) -> ModelEntry | None:

@@ -147,6 +147,21 @@ def test_damaged_build_is_rebuilt(tmp_path, damage):
     assert _file_bytes(target) == good
 
 
+@pytest.mark.parametrize("marker", ["[1]", '{"name": ["lf-tiny-qwen3"]}', '{"name": "lf-tiny-qwen3", "files": [1]}',
+                                    "[" * 100 + "]" * 100], ids=["list", "name-list", "files-list", "deep"])
+def test_a_damaged_build_marker_is_no_demo_build_and_is_named(tmp_path, marker):
+    from engine.models.resolve import _demo_entry
+
+    target = tmp_path / "m"
+    target.mkdir()
+    (target / BUILD_MARKER).write_text(marker)
+    (target / "notes.txt").write_text("my work")
+    assert not is_demo_model(target) and _demo_entry(str(target)) is None
+    with pytest.raises(ModelError, match="its build marker is damaged: .*lf_demo_build.json.*--out"):
+        build_demo_model("lf-tiny-qwen3", target)
+    assert (target / "notes.txt").read_text() == "my work"
+
+
 def test_foreign_folder_is_never_overwritten(tmp_path):
     target = tmp_path / "mine"
     target.mkdir()
