@@ -21,6 +21,7 @@ import fcntl
 import fnmatch
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -31,6 +32,7 @@ from engine.errors import EngineError
 from engine.jsonio import read_json_dict, write_text_atomic
 
 LOCK_NAME = ".lfa.lock"
+_RUN_ID = re.compile(r"[\w.+-]{1,200}")
 OUTPUT_MARKER = ".lfa-output.json"
 HELD_LOCKS_ENV = "LFA_HELD_LOCKS"
 OWN_FILES = (LOCK_NAME, OUTPUT_MARKER)
@@ -72,11 +74,19 @@ def owner_text(info: dict) -> str:
 
 
 def read_owner(folder: Path) -> dict:
-    try:
-        data = json.loads((Path(folder) / LOCK_NAME).read_text(encoding="utf-8") or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """Who the lock file says holds the lock, for a refusal's words only (never to signal anyone): run_id, pid,
+    host and since where each has its expected form; {} when the file is missing, empty or damaged."""
+    data = read_json_dict(Path(folder) / LOCK_NAME)
+    owner = {}
+    if isinstance(data.get("run_id"), str) and _RUN_ID.fullmatch(data["run_id"]):
+        owner["run_id"] = data["run_id"]
+    if type(data.get("pid")) is int and 0 < data["pid"] < 1 << 22:
+        owner["pid"] = data["pid"]
+    if isinstance(data.get("host"), str) and 0 < len(data["host"]) <= 255:
+        owner["host"] = data["host"]
+    if type(data.get("since")) in (int, float) and 0 < data["since"] < 1e11:
+        owner["since"] = data["since"]
+    return owner
 
 
 def _inherited_fd(path: Path) -> int | None:

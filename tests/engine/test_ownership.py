@@ -57,6 +57,19 @@ def test_a_lock_names_its_live_owner_and_dies_with_it(tmp_path):
     assert not is_held(tmp_path / "g")
 
 
+@pytest.mark.parametrize("junk", ["[" * 100000 + "]" * 100000, '{"run_id": ["x"], "pid": "1", "since": "now"}',
+                                  '{"run_id": "../../x; rm -rf", "pid": true, "host": 5}', "[1]", "\u0000"],
+                         ids=["deep", "types", "odd", "list", "nul"])
+def test_a_junk_lock_file_is_never_repeated_as_its_owner(tmp_path, junk):
+    lock = acquire(tmp_path / "f", run_id="first", what="output_dir")
+    (tmp_path / "f" / LOCK_NAME).write_text(junk)
+    with pytest.raises(FolderInUse) as refused:
+        acquire(tmp_path / "f", run_id="second", what="output_dir")
+    lock.release()
+    assert "is in use by run an unknown run." in str(refused.value)
+    assert "`lf-assistant stop RUN_ID`" in str(refused.value)
+
+
 def test_two_trainings_never_share_an_output_dir(demo_model_dir, tmp_path):
     out = tmp_path / "out"
     first = engine.train(config(demo_model_dir, out, max_steps=400, save_steps=1000), detach=True,
