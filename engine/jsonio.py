@@ -72,7 +72,7 @@ def kind_words(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
+def fits(value: Any, kinds: tuple[type, ...]) -> bool:
     if isinstance(value, bool):  # a bool is an int to isinstance; never to a record
         return bool in kinds
     return isinstance(value, kinds) and not (isinstance(value, float) and value != value)  # NaN is no value
@@ -106,7 +106,7 @@ def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *,
     for name, kinds in fields.items():
         kinds = kinds if isinstance(kinds, tuple) else (kinds,)
         value = data.get(name)
-        if value is not None and not _fits(value, kinds):
+        if value is not None and not fits(value, kinds):
             wanted = " or ".join(dict.fromkeys(_KINDS.get(kind, kind.__name__) for kind in kinds))
             raise error(f"{path}: the field {name!r} must be {wanted}, not {kind_words(value)}. {fix}")
     return data

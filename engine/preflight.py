@@ -7,7 +7,6 @@ take (estimated from the model's files and the method). No torch import.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,9 +43,12 @@ def model_footprint(model_path: str | None) -> tuple[int, int, int] | None:
     folder = Path(model_path)
     weights = [p for p in folder.glob("*") if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file()]
     size = sum(p.stat().st_size for p in weights)
+    from engine.errors import ModelError
+    from engine.models.cache import read_model_config
+
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        config = read_model_config(folder)
+    except ModelError:  # named by the model checks; no estimate from it
         return None
     if not size or not isinstance(config, dict):
         return None
@@ -67,11 +69,13 @@ def result_sizes(config, model_path: str | None) -> tuple[int, int] | None:
         trained = int(params * share)
         result = trained * 4
     else:
-        layers = None
+        from engine.errors import ModelError
+        from engine.models.cache import read_model_config
+
         try:
-            layers = json.loads((Path(model_path) / "config.json").read_text()).get("num_hidden_layers")
-        except (OSError, ValueError):
-            pass
+            layers = (read_model_config(Path(model_path)) or {}).get("num_hidden_layers")
+        except ModelError:
+            layers = None
         share = 1.0
         if config.method == "freeze" and isinstance(layers, int) and layers:
             share = min(1.0, abs(config.freeze_trainable_layers) / layers)

@@ -89,7 +89,7 @@ def show(model_id: Annotated[str, typer.Argument(help="Registry id or bare name,
     for method, (path, note) in examples.items():
         shown = path.relative_to(path.parents[1])
         console.print(f"  {method:<12}  {shown}" + (f"  [dim]({note})[/dim]" if note else ""))
-    console.print(f"  local:        {safe(find_local_model(entry.id).summary())}", soft_wrap=True)
+    console.print(f"  local:        {safe(find_local_model(entry.id).summary(), keep_layout=True)}", soft_wrap=True)
     for warning in resolve_model(entry.id).warnings:
         console.print(f"[yellow]warning:[/yellow] {safe(warning)}", soft_wrap=True)
 
@@ -144,7 +144,7 @@ def check(
             raise typer.Exit(1)
         return
     style = "green" if result.complete else "red"
-    console.print(f"[{style}]{safe(result.summary())}[/{style}]", soft_wrap=True)
+    console.print(f"[{style}]{safe(result.summary(), keep_layout=True)}[/{style}]", soft_wrap=True)
     if result.path is not None and Path(result.path).is_dir():
         _print_remote_code(Path(result.path))
     if res is not None:

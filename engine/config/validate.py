@@ -189,9 +189,11 @@ def _model_problems(c: TrainConfig) -> list[str]:
             problems.append(f"model_name_or_path {clip(model, 200)} has no config.json: it is not a model folder "
                             "(or its download is incomplete).")
         elif looks_local:
-            from engine.models.loading import remote_code_problem
+            from engine.models.cache import model_config_problem
+            from engine.models.loading import remote_code_problem, weights_problem
 
-            problem = remote_code_problem(path, trust_remote_code=c.trust_remote_code)
+            problem = (model_config_problem(path) or weights_problem(path)
+                       or remote_code_problem(path, trust_remote_code=c.trust_remote_code))
             if problem:
                 problems.append(problem)
         elif not looks_local:

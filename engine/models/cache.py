@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from engine.jsonio import read_json_dict
+from engine.jsonio import loads_json, read_json_dict
 
 Where = Literal["local", "hf_cache", "modelscope_cache", "models_dir"]
 
@@ -133,16 +133,40 @@ def safetensors_problem(path: Path) -> tuple[str | None, int]:
             (header_len,) = struct.unpack("<Q", head)
             if header_len > actual:
                 return f"{path.name} is truncated ({human_bytes(actual)} on disk)", 0
-            header = json.loads(fh.read(header_len))
-        data_end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError, KeyError, TypeError, IndexError,
-            AttributeError) as exc:
-        return f"{path.name} has a corrupt header ({exc.__class__.__name__})", 0
+            if header_len > MAX_SAFETENSORS_HEADER:  # the safetensors library refuses larger ones too
+                return (f"{path.name} has a corrupt header (its length field says {human_bytes(header_len)}, more "
+                        f"than the {human_bytes(MAX_SAFETENSORS_HEADER)} safetensors allows)"), 0
+            header = loads_json(fh.read(header_len).decode("utf-8"))
+        data_end = _tensors_end(header)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) if type(exc) is ValueError else \
+            exc.__class__.__name__
+        return f"{path.name} has a corrupt header ({why})", 0
     expected = 8 + header_len + data_end
     if actual != expected:
         return (f"{path.name} is {human_bytes(actual)} but its header says {human_bytes(expected)}: "
                 "truncated or corrupted, download it again"), expected
     return None, expected
+
+
+MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+def _tensors_end(header) -> int:
+    """Where the last tensor's bytes end, from a safetensors header; ValueError when the header is not a map of
+    tensors, each with a dtype, a shape and [begin, end] offsets of whole numbers, begin <= end."""
+    if not isinstance(header, dict):
+        raise ValueError("not an object")
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
+                and offsets[0] <= offsets[1]):
+            raise ValueError(f"tensor {name[:80]!r} has no valid data_offsets")
+        end = max(end, offsets[1])
+    return end
 
 
 def require_intact_safetensors(paths: list[Path], what: str) -> None:
@@ -182,11 +206,13 @@ def _weight_problems(root: Path) -> tuple[list[str], int | None, list[Path]]:
 
 
 def _sharded_problems(root: Path, index: Path) -> tuple[list[str], int | None, list[Path]]:
+    from engine.errors import ModelError
+
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-        shards = sorted(set(data["weight_map"].values()))
-    except (OSError, ValueError, KeyError, AttributeError) as exc:
-        return [f"{index.name} is unreadable ({exc.__class__.__name__}): download it again"], None, []
+        shards = index_shards(index)
+    except ModelError as exc:
+        return [str(exc)], None, []
+    data = read_json_dict(index)
     problems, header_total, files = [], 0, [root / s for s in shards]
     missing = [s for s in shards if not (root / s).exists()]
     if missing:
@@ -199,18 +225,83 @@ def _sharded_problems(root: Path, index: Path) -> tuple[list[str], int | None, l
             problems += [problem] if problem else []
         elif shard.exists() and _size(shard) == 0:
             problems.append(f"{shard.name} is empty")
-    total = (data.get("metadata") or {}).get("total_size")
-    return problems, int(total) if total else (header_total or None), files
+    metadata = data.get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    total = total if type(total) is int and total > 0 else None
+    return problems, total or header_total or None, files
+
+
+def index_shards(index: Path) -> list[str]:
+    """The shard files a weight index (model.safetensors.index.json) names; ModelError naming the index when it
+    is not JSON, has no weight_map of tensor -> file name, or names a file outside the model's folder."""
+    from engine.errors import ModelError
+    from engine.jsonio import read_record
+
+    fix = "Copy or download the model's index file again."
+    data = read_record(index, {"weight_map": dict, "metadata": dict}, fix=fix, error=ModelError,
+                       max_bytes=64 << 20, what="a weight index")
+    weight_map = (data or {}).get("weight_map")
+    if not weight_map:
+        raise ModelError(f"{index} has no weight_map. {fix}")
+    shards = set()
+    for name in weight_map.values():
+        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ModelError(f"{index} names the weight file {str(name)[:80]!r}, which is not a file in the model's "
+                             f"folder. {fix}")
+        shards.add(name)
+    return sorted(shards)
+
+
+CONFIG_FIELDS = {"model_type": str, "architectures": list, "torch_dtype": str, "dtype": str, "text_config": dict,
+                 "quantization_config": dict, "auto_map": dict, "num_hidden_layers": int, "hidden_size": int,
+                 "intermediate_size": int, "num_attention_heads": int, "num_key_value_heads": int, "vocab_size": int,
+                 "max_position_embeddings": int, "head_dim": int}
+"""config.json fields lf-assistant reads itself (family, size and layer checks), with the types transformers gives
+them; the text_config of a multimodal model is checked alike."""
+CONFIG_FIX = "Copy or download the model's config.json again."
+
+
+def read_model_config(root: Path) -> dict | None:
+    """A model folder's config.json, checked before anything reads it: None when absent; ModelError naming the file
+    and the field when it is not a JSON object, nests too deep, or a field above has another type."""
+    from engine.errors import ModelError
+    from engine.jsonio import read_record
+
+    what = "a model's config.json"
+    config = read_record(root / "config.json", CONFIG_FIELDS, fix=CONFIG_FIX, error=ModelError, what=what)
+    if config and isinstance(config.get("text_config"), dict):
+        inner = {name: kind for name, kind in CONFIG_FIELDS.items() if name != "text_config"}
+        from engine.jsonio import fits, kind_words
+
+        for name, kind in inner.items():
+            value = config["text_config"].get(name)
+            if value is not None and not fits(value, (kind,)):
+                raise ModelError(f"{root / 'config.json'}: the field 'text_config.{name}' must be "
+                                 f"{'a whole number' if kind is int else kind_words(kind())}, not {kind_words(value)}. "
+                                 f"{CONFIG_FIX}")
+    return config
+
+
+def model_config_problem(root: Path) -> str | None:
+    """What is wrong with a model folder's config.json (read_model_config), or None."""
+    from engine.errors import ModelError
+
+    try:
+        read_model_config(root)
+    except ModelError as exc:
+        return str(exc)
+    return None
 
 
 def _config_problems(root: Path) -> tuple[list[str], dict]:
-    config_path = root / "config.json"
-    if not config_path.is_file():
+    if not (root / "config.json").is_file():
         return ["config.json is missing"], {}
+    from engine.errors import ModelError
+
     try:
-        return [], json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return [f"config.json is unreadable ({exc.__class__.__name__})"], {}
+        return [], read_model_config(root) or {}
+    except ModelError as exc:
+        return [str(exc)], {}
 
 
 def _dtype_bytes(config: dict) -> int:

@@ -98,6 +98,14 @@ def check_model_folder(
     problems = folder_problems(folder, need_weights=need_weights, need_tokenizer=need_tokenizer)
     if "config.json" in problems:
         raise ModelError(_no_config_message(folder))
+    from engine.models.cache import model_config_problem
+
+    config_problem = model_config_problem(folder)
+    if config_problem:
+        raise ModelError(f"{folder} cannot be loaded: {config_problem}")
+    index_problem = weight_index_problem(folder) if need_weights else None
+    if index_problem:
+        raise ModelError(f"{folder} cannot be loaded: {index_problem}")
     if problems:
         tokenizer_hint = " (a full fine-tune checkpoint may lack the tokenizer)" if "tokenizer" in problems[-1] else ""
         raise ModelError(
@@ -121,6 +129,35 @@ def check_model_folder(
     # Consent given: say which files run, in the run log (stderr lands there) and on the terminal.
     logging.getLogger("engine").warning("trust_remote_code: true runs Python code from %s: %s", folder,
                                         code.describe())
+
+
+def weight_index_problem(folder: Path) -> str | None:
+    """What is wrong with a model folder's weight index (not JSON, no weight_map, a file outside the folder)."""
+    from engine.models.cache import index_shards
+
+    for index_name in _WEIGHT_INDEXES:
+        if (folder / index_name).is_file():
+            try:
+                index_shards(folder / index_name)
+            except ModelError as exc:
+                return str(exc)
+    return None
+
+
+def weights_problem(folder: Path) -> str | None:
+    """A damaged weight index or safetensors header in a model folder, in words (missing files are not looked
+    for: a folder being filled is told apart elsewhere)."""
+    from engine.models.cache import safetensors_problem
+
+    problem = weight_index_problem(folder)
+    if problem:
+        return f"{folder} cannot be loaded: {problem}"
+    for path in weight_paths(folder):
+        damage = safetensors_problem(path)[0] if path.is_file() else None
+        if damage:
+            return (f"{folder} cannot be loaded: {damage}. The file {path} is damaged (an interrupted copy or "
+                    "download); copy or download it again.")
+    return None
 
 
 def remote_code_problem(folder: Path, *, trust_remote_code: bool) -> str | None:
@@ -177,6 +214,7 @@ def load_tokenizer(
     revision: str | None = None, cache_dir: str | None = None,
 ) -> PreTrainedTokenizerBase:
     """AutoTokenizer with a pad token (the eos token when the model has none) and the given padding side."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoTokenizer
 
     source = resolve_model_source(path, trust_remote_code=trust_remote_code, need_weights=False, need_tokenizer=True,
@@ -184,7 +222,7 @@ def load_tokenizer(
     hub = {} if Path(source).is_dir() else {"revision": revision, "cache_dir": cache_dir}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **hub)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, StrictDataclassError) as exc:  # the last: a config.json field of the wrong type
         raise ModelError(f"Could not load the tokenizer from {source}: {exc}") from exc
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -231,6 +269,7 @@ def load_model(
     if quantization_bit is not None:
         kwargs["quantization_config"] = _bnb_config(quantization_bit, options)
         kwargs["device_map"] = {"": device}  # bitsandbytes quantizes while placing; .to() is refused afterwards
+    from huggingface_hub.errors import StrictDataclassError
     from safetensors import SafetensorError
 
     quiet = _FreshScoreHead() if head == "score" else None
@@ -239,7 +278,7 @@ def load_model(
         report_logger.addFilter(quiet)
     try:
         model = auto_class.from_pretrained(source, **kwargs)
-    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+    except (OSError, ValueError, RuntimeError, SafetensorError, StrictDataclassError) as exc:
         raise ModelError(f"Could not load the model from {source}: {exc}") from exc
     finally:
         if quiet:

@@ -262,7 +262,7 @@ def resolve_model(model: str, *, template: str | None = None) -> Resolution:
     if base:
         res.warn(base)
     if folder is not None and not local.complete:
-        problems = "; ".join(local.problems[:3])
+        problems = "; ".join(local.problems[:3]).rstrip(".")
         res.warn(Message("models.local_copy_unusable", f"The local copy at {folder} is not usable yet: {problems}.",
                          {"folder": str(folder), "problems": problems}))
     return res

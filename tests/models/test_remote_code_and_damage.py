@@ -4,7 +4,9 @@ are refused with their name."""
 from __future__ import annotations
 
 import json
+import re
 import logging
+import os
 import shutil
 import struct
 
@@ -127,3 +129,84 @@ def test_a_failure_inside_a_models_own_code_is_not_called_our_bug(tmp_path, caps
     with pytest.raises(typer.Exit) as raised:
         ours()
     assert raised.value.exit_code == 3 and "bug in lf-assistant" in capsys.readouterr().err
+
+
+def _set_config(folder, **fields):
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **fields}))
+
+
+def _with_header(folder, header: bytes, length: int | None = None):
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    body = data[8 + struct.unpack("<Q", data[:8])[0]:]
+    weights.write_bytes(struct.pack("<Q", len(header) if length is None else length) + header + body)
+
+
+def _first_tensor_offsets(folder, offsets):
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    name = next(key for key in header if key != "__metadata__")
+    header[name]["data_offsets"] = offsets
+    _with_header(folder, json.dumps(header).encode())
+
+
+def _huge_header(folder):
+    _with_header(folder, b"{}", length=150_000_000)
+    os.truncate(folder / "model.safetensors", 200_000_000)  # sparse: the length field fits the file
+
+
+DAMAGE = {
+    "config-text": (lambda f: (f / "config.json").write_text("not json"), "config.json is not valid JSON"),
+    "config-list": (lambda f: (f / "config.json").write_text("[1, 2]"), "must hold a JSON object, not a list"),
+    "config-deep": (lambda f: (f / "config.json").write_text("[" * 100000 + "]" * 100000),
+                    "nested more than 64 levels deep"),
+    "config-layers": (lambda f: _set_config(f, num_hidden_layers="x"),
+                      "the field 'num_hidden_layers' must be a whole number, not text"),
+    "config-text-config": (lambda f: _set_config(f, text_config={"hidden_size": [1]}),
+                           "the field 'text_config.hidden_size' must be a whole number, not a list"),
+    "index-list": (lambda f: (f / "model.safetensors.index.json").write_text('{"weight_map": ["model.safetensors"]}'),
+                   "the field 'weight_map' must be an object, not a list"),
+    "index-escape": (lambda f: (f / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "../../../../etc/passwd"}}'), "'../../../../etc/passwd', which is not a file in the"),
+    "index-number": (lambda f: (f / "model.safetensors.index.json").write_text('{"weight_map": {"a": 5}}'),
+                     "names the weight file '5', which is not a file"),
+    "header-huge": (lambda f: _huge_header(f), "its length field says 150.0 MB, more than the 100.0 MB safetensors allows"),
+    "header-deep": (lambda f: _with_header(f, b"[" * 50000 + b"]" * 50000), "nested more than 64 levels deep"),
+    "header-offsets": (lambda f: _first_tensor_offsets(f, [10, 2]), "has no valid data_offsets"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_config_index_or_header_is_named_by_every_check(demo_model_dir, tmp_path, damage):
+    from engine.models.cache import check_model_dir
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(demo_model_dir, folder)
+    (folder / "lf_demo_build.json").unlink()
+    damage_folder, words = DAMAGE[damage]
+    damage_folder(folder)
+    assert any(words in problem for problem in check_model_dir(folder).problems), check_model_dir(folder).problems
+    result = CliRunner().invoke(app, ["models", "check", str(folder)], env={"COLUMNS": "300"})
+    assert "Traceback" not in result.output and "unexpected" not in result.output and words in result.output
+    assert "\\n" not in result.output  # the problems are listed line by line
+    checked = CliRunner().invoke(app, ["train", "examples/demo/tiny_lora_sft.yaml", f"model_name_or_path={folder}",
+                                       f"output_dir={tmp_path / 'out'}", "--check"], env={"COLUMNS": "300"})
+    assert checked.exit_code == 2 and words in checked.output, checked.output
+    with pytest.raises(ModelError, match=re.escape(words)):
+        loading.load_model(folder)
+
+
+def test_the_wizard_model_stage_names_a_damaged_config(demo_model_dir, tmp_path):
+    from assistant.wizard.skill import load_skill
+    from assistant.wizard.stages import model as model_stage
+    from assistant.wizard.state import new_state
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(demo_model_dir, folder)
+    (folder / "lf_demo_build.json").unlink()
+    (folder / "config.json").write_text("[" * 100000 + "]" * 100000)
+    outcome = model_stage.resolve(new_state(), load_skill("sft"), str(folder), template="qwen")
+    assert outcome.state.model_path is None
+    assert any("nested more than 64 levels deep" in note for note in outcome.notes), outcome.notes
