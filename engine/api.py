@@ -290,6 +290,8 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
     status = run.read_status()
     if status.state == RunState.COMPLETED:
         raise EngineError(f"Run {run.run_id} already completed.")
+    if status.state == RunState.FAILED and status.output_dir is None and status.exit_reason:
+        raise EngineError(f"Run {run.run_id} cannot be resumed in its folder: {status.exit_reason}")
     if status.never_started:
         raise EngineError(f"Run {run.run_id} was prepared but never started (`launch --print` writes such runs): "
                           f"start it with the command that was printed, or train it in its own folder: "

@@ -256,13 +256,39 @@ def liveness_view(status: RunStatus) -> RunStatus:
     return status
 
 
+STAGE_CONFIGS = ("sft", "dpo", "kto", "pt", "rm")
+
+
 def load_status_file(path: Path) -> RunStatus:
-    """The status exactly as written (no liveness judgement); an unreadable file gives a default status."""
+    """The status exactly as written (no liveness judgement). No file: a default (pending) status, as a prepared
+    run has. A file that cannot be read: a failed status whose exit_reason names the file and the way on, never a
+    plausible "pending" (the run's checkpoints are as they were; only its record is lost)."""
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(path.read_text(encoding="utf-8"))  # fields too deep are dropped by from_json
+    except FileNotFoundError:
         return RunStatus()
+    except (OSError, UnicodeDecodeError) as exc:
+        return damaged_status(path, f"cannot be read ({exc.__class__.__name__}: {str(exc)[:120]})")
+    except RecursionError:
+        return damaged_status(path, "is not valid JSON (nested too deep)")
+    except ValueError as exc:
+        return damaged_status(path, f"is not valid JSON ({str(exc)[:120]})")
+    if not isinstance(data, dict):
+        return damaged_status(path, "does not hold a JSON object")
     return RunStatus.from_json(data)
+
+
+def damaged_status(path: Path, problem: str) -> RunStatus:
+    folder = path.parent
+    configs = [folder / f"{stage}.yaml" for stage in STAGE_CONFIGS if (folder / f"{stage}.yaml").is_file()]
+    way_on = (f"to continue from the newest complete checkpoint of its output_dir, train its config again: "
+              f"`lf-assistant train {configs[0]} resume_from_checkpoint=auto` (a new run folder)"
+              if configs else "start a new run")
+    stage = configs[0].stem if configs else "sft"
+    return RunStatus(state=RunState.FAILED, run_id=folder.name, stage=stage,
+                     exit_reason=f"{path} {problem}, so this run's state is unknown; its checkpoints are untouched. "
+                                 f"{way_on[0].upper()}{way_on[1:]}.")
 
 
 def read_status(run_dir: str | Path) -> RunStatus:

@@ -183,3 +183,26 @@ def test_the_log_tail_shows_a_redrawn_progress_bar_once(tmp_path):
     run.log_path.write_bytes(b"start\r\nLoading:   0%|  | 0/24\rLoading:  70%|# | 17/24\rLoading: 100%|##| 24/24\n"
                              b"step 1/4 loss 2.0\nSaving:  50%|#\r")
     assert run.tail_log(10) == ["start", "Loading: 100%|##| 24/24", "step 1/4 loss 2.0", "Saving:  50%|#"]
+
+
+@pytest.mark.parametrize("content, problem", [(b"junk", "is not valid JSON"), (b"[1, 2]", "does not hold a JSON object"),
+                                              (b"[" * 100_000, "is not valid JSON"),
+                                              (b"\xff\xfe", "cannot be read")])
+def test_a_damaged_status_file_reads_as_damaged_never_as_pending(tmp_path, content, problem):
+    """Missing: a prepared run (pending). Present but unreadable: failed, naming the file and the way on; resuming
+    in the folder is refused with the same words (its output_dir and stage are unknown)."""
+    import engine
+    from engine.errors import EngineError
+
+    run = RunDir(tmp_path / "runs" / "r1")
+    run.path.mkdir(parents=True)
+    assert run.read_status().state == RunState.PENDING
+    (run.path / "dpo.yaml").write_text("stage: dpo\n")
+    run.status_path.write_bytes(content)
+    status = run.read_status()
+    assert status.state == RunState.FAILED and status.stage == "dpo" and status.run_id == "r1"
+    assert f"status.json {problem}" in status.exit_reason
+    assert f"lf-assistant train {run.path / 'dpo.yaml'} resume_from_checkpoint=auto" in status.exit_reason
+    assert [row["state"] for row in engine.runs.list(tmp_path / "runs")] == ["failed"]
+    with pytest.raises(EngineError, match="cannot be resumed in its folder: .*status.json"):
+        engine.resume("r1", runs_dir=tmp_path / "runs")
