@@ -278,6 +278,8 @@ def _preflight_failures() -> list[str]:
     from engine.errors import ConfigError, EngineError
     from engine.measurement import _result
 
+    from assistant.wizard.stages import preflight
+
     try:
         load_config({"lora_rank": "lots"})
     except ConfigError as exc:
@@ -286,20 +288,23 @@ def _preflight_failures() -> list[str]:
     for returncode, lines in ((2, ["some log line", child]), (-9, [])):
         with pytest.raises(EngineError) as failed:
             _result(returncode, lines, 1.0)
-        said.append(i18n.t("preflight.failed", error=i18n.t_message(failed.value.message, str(failed.value))))
+        said.append(preflight.failure_text(failed.value))
+    said.append(preflight.failure_text(EngineError("cuda out of reach")))  # not the measurement's own words
     return said
 
 
 def test_a_failed_preflight_says_why_in_chinese_in_zh_and_in_english_as_before(zh):
     said = _preflight_failures()
-    assert said[0] == "预检失败：无法运行预检：lora_rank：应为 int 类型，实际是 'lots'。"
-    for text in said:
+    assert said[0] == "无法运行预检：lora_rank：应为 int 类型，实际是 'lots'。"
+    assert said[2] == "预检失败：cuda out of reach"  # an error without a code stays as it was raised
+    for text in said[:2]:
         assert not english_left(text), english_left(text)
     i18n.set_language("en")
     assert _preflight_failures() == [
-        "Pre-flight failed: The pre-flight could not run: lora_rank: expected int, got 'lots'.",
-        "Pre-flight failed: The pre-flight process was killed (signal 9); out of memory is the usual cause: lower "
-        "per_device_train_batch_size or cutoff_len."]
+        "The pre-flight could not run: lora_rank: expected int, got 'lots'.",
+        "The pre-flight process was killed (signal 9); out of memory is the usual cause: lower "
+        "per_device_train_batch_size or cutoff_len.",
+        "Pre-flight failed: cuda out of reach"]
 
 
 def _phases():

@@ -199,7 +199,7 @@ class ConfigScreen(StageScreen):
             widget.update(escape(waiting))
             return
         if self.measure_error and self.measuring is None:
-            widget.update(f"[yellow]! {escape(t('preflight.failed', error=self.measure_error))}[/]")
+            widget.update(f"[yellow]! {escape(self.measure_error)}[/]")
             return
         key = preflight.measure_key(built.config)
         if self.measuring != key:
@@ -231,7 +231,7 @@ class ConfigScreen(StageScreen):
         except MeasureCancelled:
             return
         except EngineError as exc:
-            self.post_message(Measured(key, config, None, t_message(exc.message, str(exc))))
+            self.post_message(Measured(key, config, None, preflight.failure_text(exc)))
             return
         self.post_message(Measured(key, config, result))
 

@@ -23,6 +23,15 @@ UNMEASURED = ("logging_steps", "save_steps", "save_total_limit", "save_strategy"
               "report_to", "overwrite_output_dir", "eval_steps", "eval_strategy", "run_name", "save_only_model")
 
 
+def failure_text(exc) -> str:
+    """What the config stage says when the pre-flight failed with EngineError `exc`, in the interface language: the
+    measurement's own errors name the pre-flight already; any other is said to have stopped it."""
+    text = t_message(exc.message, str(exc))
+    if exc.message is not None and exc.message.code.startswith("measure."):
+        return text
+    return t("preflight.failed", error=text)
+
+
 def measure_key(config: dict[str, Any]) -> str:
     data = {key: value for key, value in config.items() if key not in UNMEASURED}
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
