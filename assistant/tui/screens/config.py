@@ -20,7 +20,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.events import Click
 from textual.widgets import Button, ContentSwitcher, DataTable, Static
 
-from assistant.i18n import t, t_message
+from assistant.i18n import t
 from assistant.tui.messages import ConfigChecked, FixAccepted, Measured
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.dialogs import EditNames, EditValue, fill_table, fmt_value
