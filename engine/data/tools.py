@@ -237,13 +237,20 @@ def format_tools(tool_format: ToolFormat, tools_json: str) -> str:
     return _TOOL_TEXT[check_tool_format(tool_format)](tools)
 
 
-def format_function_call(tool_format: ToolFormat, content: str) -> str:
-    """A function call (JSON: one call or a list) in the family's answer syntax."""
+def function_calls(content: str) -> list[dict]:
+    """The calls a function-call message holds: JSON, one call or a list, each with a "name" (DataError else; the
+    same for every template, so a data check can say it before a template is chosen)."""
     data = _load(content, "function call")
     calls = data if isinstance(data, list) else [data]
     if not calls or not all(isinstance(call, dict) and "name" in call for call in calls):
         raise DataError(f"A function call must be JSON like {{\"name\": ..., \"arguments\": {{...}}}}, "
                         f"got: {content[:80]!r}.")
+    return calls
+
+
+def format_function_call(tool_format: ToolFormat, content: str) -> str:
+    """A function call (JSON: one call or a list) in the family's answer syntax."""
+    calls = function_calls(content)
     # LF re-serializes the arguments as they are: a JSON string stays a string.
     pairs = [(call["name"], call["arguments"] if "arguments" in call else call.get("parameters", {}))
              for call in calls]

@@ -80,6 +80,24 @@ def test_sharegpt_role_problems_name_found_and_expected_tags(tmp_path):
     assert "expected: human, gpt, observation, function_call, system" in summary.message
 
 
+def test_a_function_call_that_is_not_a_json_call_is_a_row_error(tmp_path):
+    """Whatever the template, a function call must be JSON with a "name" (preview and training stop on it): the
+    check says so at its row, before anything loads."""
+    def row(call):
+        return {"conversations": [{"from": "human", "value": "weather?"}, {"from": "function_call", "value": call},
+                                  {"from": "observation", "value": "sunny"}, {"from": "gpt", "value": "Sunny."}],
+                "tools": json.dumps([{"name": "w", "parameters": {}}])}
+
+    report = check_file(_json(tmp_path / "f.json", [row("{not json"), row('{"name": "w", "arguments": {}}'),
+                                                    row('{"arguments": {}}'), row("[" * 100_000)]))
+    problems = _by_row(report)
+    assert set(problems) == {1, 3, 4}
+    assert "function call is not valid JSON" in problems[1][0].message
+    assert "must be JSON like {\"name\"" in problems[3][0].message
+    assert "nested more than 64 levels" in problems[4][0].message
+    assert all(p.message.endswith("Fix or remove that row.") for rows in problems.values() for p in rows)
+
+
 def test_bad_json_lines_are_reported_and_good_lines_still_checked(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"instruction": "a", "output": "b"}\n{"instruction": "c", "output": }\n'
