@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.data.files import RowsRead, read_rows, refuse_output_path, write_rows_atomic
-from engine.data.formats import FUNCTION, ROLE_ALIASES, RowError, convert_record
+from engine.data.formats import ROLE_ALIASES, RowError, convert_record
 from engine.data.registry import TAG_DEFAULTS, DatasetSpec
 from engine.data.repair import ALPACA_FIELDS, fill_row, repair_rows
 from engine.data.text import escape_control, find_control, shorten
@@ -277,23 +277,9 @@ def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -
         except RowError as exc:
             problems.append(Problem(index + 1, exc.field, exc.detail, line=lines[index]))
             continue
-        problems += _function_call_problems(example, spec, index + 1, lines[index])
         problems += _row_warnings(row, example, spec, index + 1, lines[index])
         problems += _control_token_problems(_example_texts(example), index + 1, lines[index])
     return problems
-
-
-def _function_call_problems(example: dict, spec: DatasetSpec, number: int, line: int | None) -> list[Problem]:
-    """A function call that is not JSON with a "name" stops preview and training whatever the template."""
-    from engine.data.tools import function_calls
-
-    for message in example["messages"]:
-        if message["role"] == FUNCTION:
-            try:
-                function_calls(message["content"])
-            except DataError as exc:
-                return [Problem(number, spec.column("messages"), f"{exc} Fix or remove that row.", line=line)]
-    return []
 
 
 def _row_warnings(row: dict, example: dict, spec: DatasetSpec, number: int, line: int | None) -> list[Problem]:

@@ -69,12 +69,26 @@ def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
     if example.get("system") is None:
         example["system"] = _optional_text(record, spec.column("system"), where)
     example["tools"] = _tools_text(record, spec.column("tools"), where)
+    _check_function_calls(example["messages"], spec, where)
     if spec.formatting == "openai":
         example["system"] = openai_system(example["system"], example["tools"])
     if spec.column("kto_tag"):
         example["kto_tag"] = _kto_tag(record, spec.column("kto_tag"), where)
     example["source"] = f"{spec.name}:{index + 1}"
     return example
+
+
+def _check_function_calls(messages: list[dict], spec: DatasetSpec, where: str) -> None:
+    """A function call must be JSON with a "name" whatever the template (every template parses it): said at the
+    row when it is read, not after the model has loaded."""
+    from engine.data.tools import function_calls
+
+    for message in messages:
+        if message["role"] == FUNCTION:
+            try:
+                function_calls(message["content"])
+            except DataError as exc:
+                raise RowError(where, spec.column("messages"), f"{exc} Fix or remove that row.") from None
 
 
 def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
