@@ -72,23 +72,28 @@ def safe_load(path: Path):
         raise _damaged(path, f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
-def data_digests(samples: list[dict], groups: list) -> dict:
-    """What an exact resume needs unchanged, as digests: the train samples (token ids and labels, in order) and how
-    one epoch groups them into steps and micro-batches (batch size, accumulation, processes, packing, seed)."""
+def content_digest(items: list, settings: dict | None = None) -> str:
+    """A digest of rows or samples (token lists as packed integers, anything else as sorted JSON) and `settings`."""
     from array import array
 
-    data = hashlib.sha256()
-    for sample in samples:
-        for key in sorted(sample):
-            value = sample[key]
-            data.update(key.encode())
+    digest = hashlib.sha256(json.dumps(settings or {}, sort_keys=True, default=str).encode())
+    for item in items:
+        for key, value in sorted(item.items()) if isinstance(item, dict) else [("", item)]:
+            digest.update(key.encode())
             try:
-                data.update(array("q", value).tobytes())  # token ids and labels
+                digest.update(array("q", value).tobytes())  # token ids and labels
             except TypeError:
-                data.update(json.dumps(value, sort_keys=True, default=str).encode())
-    batches = hashlib.sha256(json.dumps(groups).encode())
-    return {"train_samples": len(samples), "data_digest": data.hexdigest()[:32],
-            "batches_digest": batches.hexdigest()[:32]}
+                digest.update(json.dumps(value, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:32]
+
+
+def data_digests(samples: list, groups: list, rows_digest: str | None = None) -> dict:
+    """What an exact resume needs unchanged, as digests: the train data (``rows_digest``: the train rows with the
+    settings that encode them, as the recipe's data step made it; else the samples themselves, as read from
+    tokenized_path) and how one epoch groups the samples into steps and micro-batches (batch size, accumulation,
+    processes, packing, seed)."""
+    return {"train_samples": len(samples), "data_digest": rows_digest or content_digest(samples),
+            "batches_digest": hashlib.sha256(json.dumps(groups).encode()).hexdigest()[:32]}
 
 
 def resume_note(saved: dict, now: dict, total_steps: int, folder: Path) -> str | None:

@@ -4,6 +4,7 @@ the model loaders every stage shares (the policy with its method applied, a froz
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from engine.config.method_check import per_sample_packing
 from engine.errors import ConfigError, DataError, EngineError
 from engine.methods import Method, count_parameters, get_method
 from engine.rundir import RunDir
+from engine.training.checkpoint import content_digest
 from engine.training.loop import RunLogger, split_validation
 from engine.training.setup import Precision, choose_precision, resolve_model_path, resolve_template, seed_everything
 
@@ -32,6 +34,8 @@ class Session:
     template: Any
     method: Method
     kernel_plan: Any = None
+    rows_digest: str | None = None
+    """The train rows and the settings that encode them (``train_and_eval``); None when samples were read back."""
 
     @classmethod
     def open(cls, config: TrainConfig, run: RunDir, strategy, logger: RunLogger) -> Session:
@@ -79,6 +83,7 @@ class Session:
         def build() -> tuple[list, list]:
             rows = load(config.dataset)
             train_rows, eval_rows = split_validation(rows, config.val_size, config.seed)
+            self.rows_digest = content_digest(train_rows, self.encoding_settings())
             train = encode(train_rows)
             if not train:
                 raise DataError(empty)
@@ -94,6 +99,17 @@ class Session:
             return train, evaluation
 
         return self.tokenized(build)
+
+    ENCODING_PATHS = ("dataset_dir", "tokenized_path")
+    """Settings of the dataset section that name where data lies, not what it is: a moved folder is the same data."""
+
+    def encoding_settings(self) -> dict:
+        """What turns the train rows into samples besides the rows: the dataset section's settings (paths aside),
+        the template and the tokenizer's size. A resume compares them with the rows (engine.training.checkpoint)."""
+        config = self.config
+        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                    if f.metadata.get("section") == "dataset" and f.name not in self.ENCODING_PATHS}
+        return dict(settings, stage=config.stage, template=self.template.name, vocabulary=len(self.tokenizer))
 
     def tokenized(self, build) -> tuple[list[dict], list[dict]]:
         """The (train, eval) samples ``build()`` encodes, or those saved in tokenized_path. A tokenized_path without

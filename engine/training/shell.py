@@ -87,7 +87,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     plan = StepPlan.build(config, task, strategy)
     stepper = make_stepper(config, task, plan, session, strategy, train_model)
     optimizer, scheduler = stepper.optimizer, stepper.scheduler
-    digests = ckpt.data_digests(task.train_samples, plan.batcher.groups(0))
+    digests = ckpt.data_digests(task.train_samples, plan.batcher.groups(0), session.rows_digest)
 
     # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
     position = Position()

@@ -387,3 +387,30 @@ def test_a_checkpoint_resumes_only_onto_its_own_samples_and_batches(demo_model_d
     resumed = engine.train(config(demo_model_dir, out, max_steps=6, resume_from_checkpoint="auto"), runs_dir=runs)
     assert resumed.status().state == "completed" and resumed.status().step == 6
     assert "now has 6 steps where checkpoint-4 was saved in a run of 4" in resumed.run.log_path.read_text()
+
+
+def test_a_run_with_a_dated_tool_prompt_resumes_the_next_day(demo_llama_dir, tmp_path, monkeypatch):
+    """Llama 3's tool prompt states today's date, so the same rows encode to other tokens after midnight: the
+    resume compares the rows and the settings that encode them, not the tokens, and goes on."""
+    import engine.data.tools as tools
+
+    data = tmp_path / "data"
+    data.mkdir()
+    call = json.dumps({"name": "weather", "arguments": {"city": "Paris"}})
+    rows = [{"conversations": [{"from": "human", "value": f"weather {i}?"}, {"from": "function_call", "value": call},
+                               {"from": "observation", "value": "sunny"}, {"from": "gpt", "value": f"Sunny {i}."}],
+             "tools": json.dumps([{"name": "weather", "description": "w", "parameters": {}}])} for i in range(8)]
+    (data / "calls.json").write_text(json.dumps(rows))
+    (data / "dataset_info.json").write_text(json.dumps({"calls": {
+        "file_name": "calls.json", "formatting": "sharegpt", "columns": {"messages": "conversations", "tools": "tools"}}}))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    over = {"dataset": "calls", "dataset_dir": str(data), "template": "llama3", "cutoff_len": 256}
+    monkeypatch.setattr(tools, "today", lambda: "01 Dec 2026")
+    assert engine.train(config(demo_llama_dir, out, **over), runs_dir=runs).status().state == "completed"
+    monkeypatch.setattr(tools, "today", lambda: "02 Dec 2026")
+    resumed = engine.train(config(demo_llama_dir, out, max_steps=6, resume_from_checkpoint="auto", **over),
+                           runs_dir=runs)
+    assert resumed.status().state == "completed" and resumed.status().step == 6
+    with pytest.raises(EngineError, match="saved while training on other samples"):  # a setting that encodes
+        engine.train(config(demo_llama_dir, out, max_steps=8, resume_from_checkpoint="auto", **over,
+                            train_on_prompt=True), runs_dir=runs)
