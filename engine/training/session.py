@@ -100,15 +100,16 @@ class Session:
 
         return self.tokenized(build)
 
-    ENCODING_PATHS = ("dataset_dir", "tokenized_path")
-    """Settings of the dataset section that name where data lies, not what it is: a moved folder is the same data."""
+    NOT_ENCODING = ("dataset_dir", "tokenized_path", "eval_dataset", "batching_strategy")
+    """Settings of the dataset section that do not shape the train samples: where data lies (a moved folder is the
+    same data), the eval data, and how samples are batched (the batches digest covers that)."""
 
     def encoding_settings(self) -> dict:
         """What turns the train rows into samples besides the rows: the dataset section's settings (paths aside),
         the template and the tokenizer's size. A resume compares them with the rows (engine.training.checkpoint)."""
         config = self.config
         settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                    if f.metadata.get("section") == "dataset" and f.name not in self.ENCODING_PATHS}
+                    if f.metadata.get("section") == "dataset" and f.name not in self.NOT_ENCODING}
         return dict(settings, stage=config.stage, template=self.template.name, vocabulary=len(self.tokenizer))
 
     def tokenized(self, build) -> tuple[list[dict], list[dict]]:

@@ -380,7 +380,8 @@ def test_a_checkpoint_resumes_only_onto_its_own_samples_and_batches(demo_model_d
     for change, message in (({"max_samples": 12}, r"saved while training on other samples \(16 then, 12 now\)"),
                             ({"cutoff_len": 32}, "saved while training on other samples"),
                             ({"per_device_train_batch_size": 4}, "grouped the same samples into other steps"),
-                            ({"seed": 7}, "grouped the same samples into other steps")):
+                            ({"seed": 7}, "grouped the same samples into other steps"),
+                            ({"batching_strategy": "bucketed"}, "grouped the same samples into other steps")):
         with pytest.raises(EngineError, match=message):
             engine.train(config(demo_model_dir, out, max_steps=6, resume_from_checkpoint="auto", **change),
                          runs_dir=runs)
