@@ -28,7 +28,7 @@ from engine.messages import Message
 FileFormat = Literal["alpaca", "sharegpt", "openai", "text", "unknown"]
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 OPENAI_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
-               "observation_tag": "tool", "system_tag": "system"}
+               "observation_tag": "tool", "function_tag": "function_call", "system_tag": "system"}
 # Field names that mark a row as alpaca, LF's own and the common aliases `convert_file` renames.
 _ALPACA_KEYS = tuple(alias for key in ("instruction", "input", "output", "chosen") for alias in ALPACA_FIELDS[key])
 
@@ -245,7 +245,7 @@ def check_text_file(path: Path) -> CheckReport:
                                     line=read.lines[index]))
         else:
             problems += _control_token_problems([text], index + 1, read.lines[index], "text")
-    spec = DatasetSpec(name=path.stem, formatting="alpaca", columns={"prompt": "text"})
+    spec = DatasetSpec(name=path.stem, formatting="alpaca", columns={"prompt": "text"}, columns_given=True)
     problems.sort(key=lambda p: (p.row is not None, p.row or 0))
     return CheckReport(path, "text", len(read.rows) + len(read.bad_lines), problems, spec=spec)
 

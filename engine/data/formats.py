@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.data.registry import DatasetSpec
+from engine.data.registry import TAG_DEFAULTS, DatasetSpec
 from engine.data.text import loads_json, shorten
 from engine.errors import DataError
 
@@ -194,8 +194,10 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
     if isinstance(raw[0], dict) and system_tag and raw[0].get(role_tag) == system_tag:
         system = _message_text(raw[0], spec, where, 1, column)
         raw = raw[1:]
-    tag_roles = {spec.tag("user_tag"): USER, spec.tag("assistant_tag"): ASSISTANT,
-                 spec.tag("observation_tag"): OBSERVATION, spec.tag("function_tag"): FUNCTION}
+    # a tag an entry's "tags" leaves out is absent (LLaMA-Factory does not accept its messages either)
+    tag_roles = {tag: role for tag, role in ((spec.tag("user_tag"), USER), (spec.tag("assistant_tag"), ASSISTANT),
+                                             (spec.tag("observation_tag"), OBSERVATION),
+                                             (_function_tag(spec), FUNCTION)) if tag is not None}
     messages = []
     for position, message in enumerate(raw):
         number = position + 1 + (system is not None)
@@ -245,23 +247,32 @@ def tool_calls_text(calls: list[dict]) -> str:
     return json.dumps([call["function"] for call in calls], ensure_ascii=False)
 
 
+def _function_tag(spec: DatasetSpec) -> str | None:
+    """The function-call tag. With formatting: openai, assistant tool_calls are function calls even when the tags
+    name none: LLaMA-Factory's openai converter maps its missing function tag (None) to the function role, the
+    tags its entries use (role, content, user, assistant, tool, system) leaving it out."""
+    tag = spec.tag("function_tag")
+    return TAG_DEFAULTS["function_tag"] if tag is None and spec.formatting == "openai" else tag
+
+
 def _openai_turns(raw: list, spec: DatasetSpec, where: str, column: str) -> list:
     """OpenAI messages as sharegpt turns, as LLaMA-Factory's openai formatting reads them: an assistant message
     with ``tool_calls`` becomes a function call whose text is the JSON list of the calls' ``function`` objects,
     and consecutive tool results become one observation, joined by LF's tool_response separator."""
     role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
-    observation, function = spec.tag("observation_tag"), spec.tag("function_tag")
+    observation, function = spec.tag("observation_tag"), _function_tag(spec)
     turns: list = []
     results: list[str] = []
     for number, message in enumerate(raw, 1):
         role = message.get(role_tag) if isinstance(message, dict) else None
-        if role == observation:
+        if role is not None and role == observation:
             results.append(_message_text(message, spec, where, number, column))
             continue
         if results:
             turns.append({role_tag: observation, content_tag: TOOL_RESPONSE_JOIN.join(results)})
             results = []
-        calls = message.get("tool_calls") if role in (spec.tag("assistant_tag"), function) else None
+        calls = message.get("tool_calls") if role is not None and role in (spec.tag("assistant_tag"), function) \
+            else None
         if calls:
             if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
                                                       for c in calls):

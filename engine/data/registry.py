@@ -73,6 +73,11 @@ class DatasetSpec:
     """Sample this many rows (seeded, with repetition when larger than the file) before max_samples applies."""
     columns: dict[str, str] = field(default_factory=dict)
     """Column names in the file, overriding the defaults of the formatting."""
+    columns_given: bool = False
+    """The entry had a "columns" object: as in LLaMA-Factory (DatasetAttr.join), a column it does not name is
+    then absent, not the formatting's default (firefly's {"prompt": "input", "response": "target"} has no query)."""
+    tags_given: bool = False
+    """The same for "tags": a tag the object does not name is absent (its messages are not accepted)."""
     tags: dict[str, str] = field(default_factory=dict)
     """ShareGPT message keys and role names, overriding TAG_DEFAULTS."""
     hf_hub_url: str | None = None
@@ -89,11 +94,16 @@ class DatasetSpec:
             return self.columns[key]
         if self.ranking and key in ("chosen", "rejected"):
             return key  # LF has no default here and fails on a KeyError; the obvious name is the useful one
+        if self.columns_given:
+            return None
         return COLUMN_DEFAULTS[self.formatting].get(key)
 
-    def tag(self, key: str) -> str:
-        """A ShareGPT tag (role_tag, user_tag, ...) with LLaMA-Factory's default."""
-        return self.tags.get(key, TAG_DEFAULTS[key])
+    def tag(self, key: str) -> str | None:
+        """A ShareGPT tag (role_tag, user_tag, ...): the entry's, else LLaMA-Factory's default unless the entry
+        has a "tags" object (then None, as there)."""
+        if key in self.tags:
+            return self.tags[key]
+        return None if self.tags_given else TAG_DEFAULTS[key]
 
     @property
     def is_local(self) -> bool:
@@ -106,9 +116,12 @@ class DatasetSpec:
         for key in ENTRY_KEYS:
             value = getattr(self, key)
             default = DatasetSpec.__dataclass_fields__[key].default
-            if key in ("columns", "tags"):
-                if value:
-                    out[key] = dict(value)
+            if key == "columns":  # every column it reads, so LLaMA-Factory (which then defaults none) reads the same
+                if value or self.columns_given:
+                    out[key] = {k: self.column(k) for k in COLUMN_KEYS if self.column(k) is not None}
+            elif key == "tags":
+                if value or self.tags_given:
+                    out[key] = {k: self.tag(k) for k in TAG_DEFAULTS if self.tag(k) is not None}
             elif value != default:
                 out[key] = value
         out.update(self.extra)
@@ -139,7 +152,24 @@ def parse_spec(name: str, entry: Any) -> DatasetSpec:
             raise DataError(f"{where}: {key} must be a string, not {shorten(entry[key])}.")
     known = {key: entry[key] for key in ENTRY_KEYS if key in entry and key not in ("columns", "tags")}
     extra = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
-    return DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, **known)
+    spec = DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, columns_given="columns" in entry,
+                       tags_given="tags" in entry, **known)
+    _require_named(spec, where)
+    return spec
+
+
+def _require_named(spec: DatasetSpec, where: str) -> None:
+    """Refuse an entry whose "columns" / "tags" object leaves out what every row of its formatting needs: there
+    the unnamed ones are absent, not defaulted, so LLaMA-Factory reads no row of it either."""
+    if spec.formatting != "alpaca" and spec.column("messages") is None:
+        raise DataError(f"{where}: its \"columns\" names no \"messages\" column. A columns object replaces every "
+                        "default (as in LLaMA-Factory), so add \"messages\": \"conversations\" (or your column).")
+    if spec.formatting != "alpaca" and spec.tags_given:
+        missing = [key for key in ("role_tag", "content_tag", "user_tag", "assistant_tag") if spec.tag(key) is None]
+        if missing:
+            raise DataError(f"{where}: its \"tags\" leaves out {', '.join(missing)}. A tags object replaces every "
+                            "default (as in LLaMA-Factory), so no message could be read; name "
+                            + ", ".join(f"{key} (default {TAG_DEFAULTS[key]!r})" for key in missing) + ".")
 
 
 def _string_map(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, str]:

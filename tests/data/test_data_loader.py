@@ -274,3 +274,23 @@ def test_split_slices_match_the_datasets_library(tmp_path):
                                                      cache_dir=str(tmp_path / "cache"))]
         assert local_split(list(range(7)), split, "seven") == expected, split
 
+
+
+def test_a_columns_object_names_every_column_read_as_in_llamafactory(tmp_path):
+    """LF's firefly entry {"prompt": "input", "response": "target"}: the query column is absent (not the alpaca
+    default "input", which read the same text twice); LF's ultrachat-style tags leave out system_tag, so a row
+    starting with a system message is not accepted (LF drops it; here it is named)."""
+    (tmp_path / "firefly.json").write_text(json.dumps([{"kind": "k", "input": "Translate hello", "target": "bonjour"}]))
+    rows = [{"messages": [{"role": "system", "content": "SYSTEM-IN-ROW"}, {"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": "hello"}]}]
+    (tmp_path / "uc.json").write_text(json.dumps(rows))
+    (tmp_path / "dataset_info.json").write_text(json.dumps({
+        "firefly": {"file_name": "firefly.json", "columns": {"prompt": "input", "response": "target"}},
+        "uc": {"file_name": "uc.json", "formatting": "sharegpt", "columns": {"messages": "messages"},
+               "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                        "assistant_tag": "assistant"}}}))
+    [example] = load_examples("firefly", tmp_path)
+    assert example["messages"] == [{"role": "user", "content": "Translate hello"},
+                                   {"role": "assistant", "content": "bonjour"}]
+    with pytest.raises(DataError, match="uc: row 1: message 1 has the role 'system'"):
+        load_examples("uc", tmp_path)

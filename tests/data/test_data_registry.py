@@ -72,15 +72,38 @@ def test_bad_entries_are_refused_with_the_reason(tmp_path, entry, message):
 
 
 def test_spec_defaults_follow_llamafactory(tmp_path):
-    spec = parse_spec("x", {"file_name": "x.json", "formatting": "sharegpt", "tags": {"user_tag": "user"},
-                            "om_hub_url": "kept"})
+    """Without a "columns" / "tags" object the formatting's defaults apply; with one, what it leaves out is absent,
+    as LLaMA-Factory's DatasetAttr.join sets it (firefly's {"prompt": "input", "response": "target"} has no query)."""
+    spec = parse_spec("x", {"file_name": "x.json", "formatting": "sharegpt", "om_hub_url": "kept"})
     assert spec.column("messages") == "conversations" and spec.column("system") is None
-    assert spec.tag("user_tag") == "user" and spec.tag("assistant_tag") == "gpt"
+    assert spec.tag("user_tag") == "human" and spec.tag("assistant_tag") == "gpt"
     alpaca = parse_spec("y", {"file_name": "y.json"})
     assert (alpaca.column("prompt"), alpaca.column("query"), alpaca.column("response")) == \
         ("instruction", "input", "output")
-    assert spec.to_dict() == {"file_name": "x.json", "formatting": "sharegpt", "tags": {"user_tag": "user"},
-                              "om_hub_url": "kept"}
+    assert spec.to_dict() == {"file_name": "x.json", "formatting": "sharegpt", "om_hub_url": "kept"}
+    firefly = parse_spec("firefly", {"file_name": "f.json", "columns": {"prompt": "input", "response": "target"}})
+    assert (firefly.column("prompt"), firefly.column("query"), firefly.column("response")) == ("input", None, "target")
+    tagged = parse_spec("u", {"file_name": "u.json", "formatting": "sharegpt", "columns": {"messages": "messages"},
+                              "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                                       "assistant_tag": "assistant"}})
+    assert (tagged.tag("system_tag"), tagged.tag("observation_tag"), tagged.tag("function_tag")) == (None,) * 3
+    # what is written back names every column and tag it reads, so LLaMA-Factory reads the same
+    assert parse_spec("f", firefly.to_dict()).to_dict() == firefly.to_dict() == {
+        "file_name": "f.json", "columns": {"prompt": "input", "response": "target"}}
+    from engine.data.registry import DatasetSpec
+
+    ours = DatasetSpec(name="mine", file_name="m.json", columns={"system": "system"})  # as data check suggests it
+    assert ours.to_dict()["columns"] == {"prompt": "instruction", "query": "input", "response": "output",
+                                         "system": "system"}
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"formatting": "sharegpt", "columns": {"system": "sys"}}, 'names no "messages" column'),
+    ({"formatting": "sharegpt", "tags": {"user_tag": "user"}}, "leaves out role_tag, content_tag, assistant_tag"),
+])
+def test_an_entry_that_names_too_little_is_refused(entry, message):
+    with pytest.raises(DataError, match=message):
+        parse_spec("x", {"file_name": "x.json", **entry})
 
 
 def test_unknown_name_suggests_close_matches(tmp_path):
