@@ -154,7 +154,9 @@ def preview(
         from engine.data.chunks import preprocessing_chunks
 
         chunks = preprocessing_chunks(len(texts), cfg.preprocessing_batch_size, cfg.preprocessing_num_workers)
-        result = preview_text(texts, tokenizer, template.name, cfg.cutoff_len, n=n, packing=cfg.packing_enabled,
+        from engine.data.pretrain import pretrain_block
+
+        result = preview_text(texts, tokenizer, template, pretrain_block(cfg), n=n, packing=cfg.packing_enabled,
                               control_tokens_in_text=cfg.allow_special_tokens_in_text, chunks=chunks)
     else:  # dpo and rm read chosen/rejected pairs; kto rows show whether their answer is marked desirable
         examples = load_examples(cfg.dataset, dataset_dir, **data_options(cfg), ranking=cfg.stage in ("dpo", "rm"))

@@ -5,11 +5,23 @@ from __future__ import annotations
 from itertools import chain
 
 
-def pretrain_eos(template_name: str, tokenizer) -> str:
-    """What ends each text: LLaMA-Factory uses Llama 3's <|end_of_text|> for the llama3 template, else the EOS."""
-    if template_name == "llama3" and "<|end_of_text|>" in tokenizer.get_vocab():
+def pretrain_eos(template, tokenizer) -> str:
+    """What ends each text, as LLaMA-Factory's pre-training processor writes it: Llama 3's <|end_of_text|> for the
+    llama3 template, else the EOS the template leaves the tokenizer with (fix_special_tokens runs first: with
+    replace_eos the first stop word, so qwen on a base model whose EOS is <|endoftext|> ends texts with
+    <|im_end|>). A template EOS the tokenizer does not know falls back to the tokenizer's own."""
+    vocabulary = tokenizer.get_vocab()
+    if template.name == "llama3" and "<|end_of_text|>" in vocabulary:
         return "<|end_of_text|>"
-    return tokenizer.eos_token or ""
+    eos = getattr(template, "eos_token", None)
+    return eos if eos and eos in vocabulary else (tokenizer.eos_token or "")
+
+
+def pretrain_block(config) -> int:
+    """The length of a packed pre-training row: cutoff_len, less one when packing is set in the config.
+    LLaMA-Factory takes one off cutoff_len in DataArguments.__post_init__ only when packing is true there; the
+    pre-training default (packing on) is set after that, so an unset packing keeps cutoff_len whole."""
+    return config.cutoff_len - 1 if (config.packing or config.neat_packing) else config.cutoff_len
 
 
 def chunked_text_rows(texts: list[str], tokenizer, cutoff_len: int, *, packing: bool, eos: str,

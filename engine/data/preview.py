@@ -66,17 +66,18 @@ def _with_tag(source: str, desirable: bool | None) -> str:
     return source if desirable is None else f"{source} ({'desirable' if desirable else 'undesirable'} answer)"
 
 
-def preview_text(texts: list[str], tokenizer, template_name: str, cutoff_len: int, *, n: int = 2,
+def preview_text(texts: list[str], tokenizer, template, cutoff_len: int, *, n: int = 2,
                  packing: bool = True, control_tokens_in_text: bool = False,
                  chunks: list[range] | None = None) -> DataPreview:
-    """Pre-training (stage pt): the rows the recipe trains on, every token trained, the first `n` decoded."""
+    """Pre-training (stage pt): the rows the recipe trains on, every token trained, the first `n` decoded
+    (`cutoff_len`: the row length, engine.data.pretrain.pretrain_block)."""
     from engine.data.pretrain import chunked_text_rows, pretrain_eos
 
-    rows = chunked_text_rows(texts, tokenizer, cutoff_len, packing=packing, eos=pretrain_eos(template_name, tokenizer),
+    rows = chunked_text_rows(texts, tokenizer, cutoff_len, packing=packing, eos=pretrain_eos(template, tokenizer),
                              control_tokens_in_text=control_tokens_in_text, chunks=chunks)
     total = sum(len(row) for row in rows)
     cut = 0 if packing else sum(1 for row in rows if len(row) == cutoff_len)
     shown = [(f"row {index + 1}", [(tokenizer.decode(row), True)]) for index, row in enumerate(rows[:n])]
-    return DataPreview(template=template_name, rows=len(texts), samples=len(rows), trained_tokens=total,
+    return DataPreview(template=template.name, rows=len(texts), samples=len(rows), trained_tokens=total,
                        total_tokens=total, longest=max((len(row) for row in rows), default=0), truncated=cut,
                        shown=shown)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from engine.data.chunks import preprocessing_chunks
-from engine.data.pretrain import chunked_text_rows, pretrain_eos
+from engine.data.pretrain import chunked_text_rows, pretrain_block, pretrain_eos
 from engine.errors import DataError
 from engine.training.loss import causal_lm_loss_sum, trained_tokens
 from engine.training.session import Session
@@ -27,15 +27,16 @@ def setup(session: Session) -> Task:
 
     # 1. Data: raw text, tokenized and cut into rows; labels are the inputs themselves.
     calls: list[int] = []  # the first call encodes the train texts: those must give a row
+    block = pretrain_block(config)
 
     def encode(texts: list[str]) -> list[dict]:
         chunks = preprocessing_chunks(len(texts), config.preprocessing_batch_size, config.preprocessing_num_workers)
-        rows = chunked_text_rows(texts, session.tokenizer, config.cutoff_len, packing=config.packing_enabled,
+        rows = chunked_text_rows(texts, session.tokenizer, block, packing=config.packing_enabled,
                                  eos=eos_text(session), control_tokens_in_text=config.allow_special_tokens_in_text,
                                  chunks=chunks)
         if not rows and not calls:
             total = sum(len(session.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[:1000])
-            raise DataError(f"The text gives no full row of cutoff_len {config.cutoff_len} tokens (about {total} "
+            raise DataError(f"The text gives no full row of {block} tokens (cutoff_len {config.cutoff_len}; about {total} "
                             f"tokens in all, packed per {config.preprocessing_batch_size} texts as LLaMA-Factory "
                             "does, each batch's leftover dropped): lower cutoff_len, add text, raise "
                             "preprocessing_batch_size, or set packing: false.")
@@ -58,7 +59,7 @@ def setup(session: Session) -> Task:
 
 
 def eos_text(session: Session) -> str:
-    return pretrain_eos(session.template.name, session.tokenizer)
+    return pretrain_eos(session.template, session.tokenizer)
 
 
 if __name__ == "__main__":

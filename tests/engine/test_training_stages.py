@@ -74,6 +74,25 @@ def test_pretraining_rows_are_full_and_every_token_trains(demo_model_dir):
     assert len(unpacked) == len(texts) and all(len(r) <= 64 for r in unpacked)
 
 
+def test_pretraining_ends_texts_with_the_templates_eos_and_packs_rows_as_llamafactory_sizes_them(demo_model_dir):
+    """A base model whose tokenizer EOS is <|endoftext|> (Qwen2.5 base) under the qwen template: LLaMA-Factory's
+    fix_special_tokens replaces the EOS with <|im_end|> before the pre-training processor appends it. Its rows are
+    cutoff_len long unless packing: true is written, which takes one off (DataArguments.__post_init__)."""
+    import engine
+    from engine.data import get_template
+    from engine.data.pretrain import pretrain_block, pretrain_eos
+    from engine.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(str(demo_model_dir))
+    tokenizer.eos_token = "<|endoftext|>"
+    assert pretrain_eos(get_template("qwen", tokenizer), tokenizer) == "<|im_end|>"
+    assert pretrain_eos(get_template("default", tokenizer), tokenizer) == "<|endoftext|>"
+    pt = {"stage": "pt", "dataset": "pt_demo", "cutoff_len": 64}
+    assert pretrain_block(engine.load_config(pt)) == 64
+    assert pretrain_block(engine.load_config({**pt, "packing": True})) == 63
+    assert pretrain_block(engine.load_config({**pt, "packing": False})) == 64
+
+
 def test_pretraining_text_that_spells_control_tokens_stays_text(demo_model_dir):
     from engine.models.loading import load_tokenizer
     from engine.data.pretrain import text_rows
