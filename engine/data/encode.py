@@ -4,10 +4,10 @@ SFT: every assistant turn of a multi-turn conversation is trained (its answer to
 prompts, system text and tool results are labelled IGNORE_INDEX. mask_history=True trains only the last turn (and a
 reasoning template drops the earlier thoughts, as LLaMA-Factory does). DPO pairs use the last-turn view
 (template.encode_oneturn, LF's pairwise encoding). Token ids are the template's, slot by slot as in LF.
-Truncation to cutoff_len shares the budget between prompt and answer (LLaMA-Factory's infer_seqlen), so a long
-prompt cannot squeeze the answer out entirely. Unlike LLaMA-Factory, a later turn whose prompt would be cut is left
-out whole: an answer trained after a prompt that lost its assistant header teaches the wrong format. Rows left with
-no trained token are dropped and counted.
+Truncation to cutoff_len is LLaMA-Factory's, turn by turn: each turn's prompt and answer share what the earlier
+turns left (infer_seqlen), so a long prompt cannot squeeze the answer out entirely, and a later turn is cut rather
+than left out (with mask_history the last turn gets the budget first). Rows left with no trained token are dropped
+and counted (LLaMA-Factory keeps them; they train nothing there either).
 """
 
 from __future__ import annotations
@@ -120,8 +120,6 @@ def _encode_pairs(pairs, eos_id: int | None, template, cutoff_len: int, train_on
         if total >= cutoff_len:
             break
         source_len, target_len = infer_seqlen(len(source), len(target), cutoff_len - total)
-        if turn != 0 and source_len < len(source):
-            break  # a later turn whose prompt does not fit is left out, not trained after a cut-off prompt
         source, target = source[:source_len], target[:target_len]
         total += source_len + target_len
         if train_on_prompt:

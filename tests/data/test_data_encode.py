@@ -82,9 +82,36 @@ def test_truncation_keeps_part_of_the_answer(qwen_tokenizer):
     for sample in samples:
         assert len(sample["input_ids"]) <= 48
         assert sum(label != IGNORE_INDEX for label in sample["labels"]) > 0
-    # The multi-turn row keeps whole turns: a later turn whose prompt does not fit is left out, never cut.
-    text = tok.decode(samples[1]["input_ids"])
-    assert text.endswith("2 + 3 = 5.<|im_end|>\n") or text.endswith("5 x 4 = 20.<|im_end|>\n")
+    assert len(samples[1]["input_ids"]) == 48  # a later turn is cut to the budget it has left, as in LF
+
+
+@pytest.mark.parametrize("cutoff_len", [24, 40, 60, 70, 100, 140])
+@pytest.mark.parametrize("mask_history", [False, True])
+def test_multi_turn_truncation_is_llamafactorys(qwen_tokenizer, cutoff_len, mask_history):
+    """SupervisedDatasetProcessor._encode_data_example (LF processor/supervised.py), written out here: turn by turn,
+    each prompt and answer share what is left (infer_seqlen); with mask_history the last turn first, the rest
+    untrained. A conversation a few tokens over the limit keeps its later turns, cut."""
+    tok, template = qwen_tokenizer, get_template("qwen", qwen_tokenizer)
+    row = {"messages": [{"role": "user", "content": "tell me about the sea " * 6},
+                        {"role": "assistant", "content": "The sea is large and deep. " * 2},
+                        {"role": "user", "content": "and the sky? " * 5},
+                        {"role": "assistant", "content": "The sky is blue above the sea. " * 3}],
+           "system": None, "tools": None, "source": "sea:1"}
+    pairs = template.encode_turns(tok, row["messages"], None, None, mask_history=mask_history)
+    input_ids, labels, total = [], [], 0
+    for turn, (source, target) in enumerate(pairs[::-1] if mask_history else pairs):
+        if total >= cutoff_len:
+            break
+        source_len, target_len = infer_seqlen(len(source), len(target), cutoff_len - total)
+        source, target = source[:source_len], target[:target_len]
+        total += source_len + target_len
+        target_labels = [IGNORE_INDEX] * target_len if mask_history and turn != 0 else list(target)
+        if mask_history:
+            input_ids, labels = source + target + input_ids, [IGNORE_INDEX] * source_len + target_labels + labels
+        else:
+            input_ids, labels = input_ids + source + target, labels + [IGNORE_INDEX] * source_len + target_labels
+    [sample] = encode_supervised([row], tok, template, cutoff_len, mask_history=mask_history)
+    assert (sample["input_ids"], sample["labels"]) == (input_ids, labels)
 
 
 def test_rows_without_trained_tokens_are_dropped_and_counted(qwen_tokenizer):
