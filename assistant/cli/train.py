@@ -45,7 +45,7 @@ def train(
     skipped = list(cfg.unused_keys)
     problems = engine.validate(cfg)
     if check and not problems:
-        problems = _data_problems(cfg)  # --check reads every row, as training will
+        problems = _template_problems(cfg) or _data_problems(cfg)  # --check reads every row, as training will
     if json_out and (check or problems):
         _emit_check(config, cfg, skipped, problems)
         raise typer.Exit(2 if problems else 0)
@@ -102,6 +102,29 @@ def _print_default_differences(cfg, console) -> None:
     for row in rows:
         console.print(f"  {row.key}: {safe(row.ours)} here, {safe(row.lf_default)} in LLaMA-Factory "
                       f"[dim]({safe(row.reason)})[/]", soft_wrap=True)
+
+
+def _template_problems(cfg) -> list[str]:
+    """What the chat template says once it meets the model's tokenizer (control tokens it lacks, say), as training
+    would find right after loading it; only for a model folder on this machine (a hub id is not fetched here)."""
+    from pathlib import Path
+
+    from engine.errors import EngineError
+    from engine.models.loading import load_tokenizer
+    from engine.models.resolve import resolve_model_path, resolve_template
+
+    from engine.models.demo import demo_model_path
+
+    folder = Path(cfg.model_name_or_path).expanduser() if cfg.model_name_or_path else demo_model_path()
+    if not folder.is_dir():
+        return []
+    try:
+        model_path = resolve_model_path(cfg)
+        tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
+        resolve_template(cfg, model_path, tokenizer)
+    except EngineError as exc:
+        return [str(exc)]
+    return []
 
 
 def _data_problems(cfg) -> list[str]:

@@ -131,6 +131,11 @@ def _data_problems(c: TrainConfig) -> list[str]:
     from engine.data.mixing import mix_problems
 
     problems = mix_problems(c.mix_strategy, c.interleave_probs, len(names), len(eval_names))
+    for key, listed in (("dataset", names), ("eval_dataset", eval_names)):
+        twice = sorted({n for n in listed if listed.count(n) > 1})
+        if twice:  # LF keys its datasets by name: a repeated one loads once, and its probabilities shift
+            problems.append(f"{key} names {', '.join(twice)} more than once; LLaMA-Factory reads a dataset once "
+                            "whatever the count, so name each once (num_samples in dataset_info.json repeats rows).")
     names += eval_names
     for name in names:
         try:
@@ -171,9 +176,14 @@ def _dataset_source_problem(spec, dataset_dir, cache_dir) -> None:
 
 
 def _template_problems(c: TrainConfig) -> list[str]:
-    from engine.data.templates import template_problems, template_settings
+    from engine.data.templates import TEMPLATES, template_problems, template_settings
 
-    return template_problems(c.template, template_settings(c))
+    problems = template_problems(c.template, template_settings(c))
+    template = TEMPLATES.get(c.template or "")
+    if c.train_on_prompt and template is not None and template.efficient_eos:
+        problems.append(f"Template {template.name!r} cannot train on prompts (its answers share one EOS, as "
+                        "LLaMA-Factory refuses too); set train_on_prompt: false.")
+    return problems
 
 
 def _model_problems(c: TrainConfig) -> list[str]:

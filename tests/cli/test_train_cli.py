@@ -78,3 +78,16 @@ def test_bad_dataset_rows_are_reported_before_training(demo_model_dir, tmp_path)
     assert "row 1" in result.output and "row 2" in result.output
     status = RunDir(next((tmp_path / "runs").iterdir())).read_status()
     assert status.state == "failed" and "row 1" in status.exit_reason
+
+
+def test_check_finds_what_the_template_says_once_it_meets_the_tokenizer(demo_model_dir, tmp_path):
+    """A template whose control tokens the model's tokenizer lacks stopped training right after the model loaded;
+    --check now says so, and so does a template that cannot train on prompts."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model_name_or_path: {demo_model_dir}\ndataset: identity\ndataset_dir: {REPO / 'data'}\n"
+                    "max_steps: 2\n")
+    result = invoke("train", path, "--check", "template=glm4")
+    assert result.exit_code == 2 and "Template 'glm4' ends answers with <|user|>" in result.output, result.output
+    result = invoke("train", path, "--check", "template=breeze", "train_on_prompt=true")
+    assert result.exit_code == 2 and "'breeze' cannot train on prompts" in result.output, result.output
+    assert invoke("train", path, "--check", "template=qwen").exit_code == 0

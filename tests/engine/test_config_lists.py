@@ -87,3 +87,9 @@ def test_a_name_that_stands_alone_is_refused_beside_others(key, value, alone):
     assert any(p.startswith(f"{key}: {alone} stands alone") for p in problems), problems
     with pytest.raises(ConfigError, match=r"max_steps: expected int, got \[1, 2\]"):
         engine.load_config(DATA, "max_steps=[1,2]")
+
+
+def test_a_dataset_named_twice_is_refused():
+    """LF keys datasets by name (loader._get_merged_dataset): alp,alp trains alp once there; here it would twice."""
+    problems = engine.validate(engine.load_config(DATA, "dataset=identity,alpaca_demo,identity"))
+    assert any(p.startswith("dataset names identity more than once") for p in problems), problems
