@@ -242,6 +242,11 @@ class Session:
             if note:
                 self.logger.note(note)
         model = self.method.prepare(model, self.config).to(self.device)
+        if self.precision.autocast_dtype is not None and not self._zero3():
+            upcast = keep_trainable_in_float32(model)
+            if upcast:
+                self.logger.info(f"{upcast} trainable tensors kept in float32; the frozen ones compute in "
+                                 f"{self.precision.autocast_dtype} (LLaMA-Factory's upcast, unless pure_bf16)")
         if self.config.gradient_checkpointing:
             model.gradient_checkpointing_enable()
             if hasattr(model, "enable_input_require_grads"):
@@ -254,6 +259,11 @@ class Session:
         self.logger.info(f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)")
         return model
 
+    def _zero3(self) -> bool:
+        """DeepSpeed ZeRO-3 on an unquantized base keeps fp32 master weights itself (LF leaves it so too)."""
+        return (getattr(self.strategy, "name", None) == "deepspeed" and getattr(self.strategy, "zero_stage", 0) == 3
+                and self.config.quantization_bit is None)
+
     def load_policy(self, *, require_logits: bool = False) -> torch.nn.Module:
         return self.prepare(self.load_base(require_logits=require_logits))
 
@@ -262,6 +272,18 @@ class Session:
         """The kernel plan when it fuses the LM head with the loss (SFT and pre-training use it), else False."""
         plan = self.kernel_plan
         return plan if plan is not None and plan.fused_linear_ce else False
+
+
+def keep_trainable_in_float32(model: torch.nn.Module) -> int:
+    """Cast every trainable parameter held in half precision to float32 (the base loads in the checkpoint's
+    bf16/fp16 under mixed precision): AdamW updates in bf16 round most small steps away. LLaMA-Factory does the
+    same for full, freeze and adapter tuning unless pure_bf16. Returns how many tensors were cast."""
+    cast = 0
+    for parameter in model.parameters():
+        if parameter.requires_grad and parameter.dtype in (torch.bfloat16, torch.float16):
+            parameter.data = parameter.data.float()
+            cast += 1
+    return cast
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -210,3 +210,32 @@ def test_prequantized_checkpoints_say_what_they_need(demo_model_dir, tmp_path, m
     problems = engine.validate(settings(model_dir))
     message = next(p for p in problems if "pre-quantized checkpoint" in p)
     assert f"({method})" in message and needs in message and "CUDA GPU" in message
+
+
+@pytest.mark.parametrize("method", ["full", "freeze", "lora"])
+def test_trainable_weights_are_kept_in_float32_under_mixed_precision(demo_model_dir, method):
+    """The base loads in the checkpoint's bf16 on a GPU; what trains is cast to float32 (LLaMA-Factory's upcast),
+    so AdamW's small updates are not rounded away, and the step still runs under bf16 autocast."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.methods import get_method
+    from engine.training.session import keep_trainable_in_float32
+
+    config = engine.load_config({"finetuning_type": method, "freeze_trainable_layers": 1, "lora_target": "all"})
+    model = get_method(method).module.prepare(
+        AutoModelForCausalLM.from_pretrained(demo_model_dir, dtype=torch.bfloat16), config)
+    cast = keep_trainable_in_float32(model)
+    assert cast == 0 if method == "lora" else cast > 0  # PEFT makes its adapters float32 itself
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(p.dtype == torch.float32 for p in trainable.values())
+    if method != "full":
+        assert all(p.dtype == torch.bfloat16 for p in model.parameters() if not p.requires_grad)
+    before = {name: p.detach().clone() for name, p in trainable.items()}
+    optimizer = torch.optim.AdamW(trainable.values(), lr=1e-3)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss) and any(not torch.equal(before[n], p) for n, p in trainable.items())
+    assert keep_trainable_in_float32(model) == 0
