@@ -54,7 +54,8 @@ def _data_files(folder: Path) -> list[Path]:
                    and p.suffix.lower() in SUFFIX_KINDS and p.name != INFO_FILE)
     if not files:
         raise DataError(f"{folder} holds no data files ({', '.join(SUFFIX_KINDS)}). Put the rows there.")
-    kinds = {SUFFIX_KINDS[p.suffix.lower()] for p in files}
+    # LLaMA-Factory loads a folder with one datasets builder per type; .json and .jsonl are both its "json"
+    kinds = {"json" if SUFFIX_KINDS[p.suffix.lower()] == "jsonl" else SUFFIX_KINDS[p.suffix.lower()] for p in files}
     if len(kinds) > 1:
         raise DataError(f"{folder} mixes file types ({', '.join(sorted(kinds))}); a dataset folder holds files "
                         "of one type. Register the files as separate datasets instead.")

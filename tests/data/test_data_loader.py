@@ -129,8 +129,10 @@ def test_a_folder_of_files_is_one_dataset(tmp_path):
     _write(tmp_path / "parts" / "2.jsonl", ALPACA[1:], "jsonl")
     (tmp_path / "dataset_info.json").write_text(json.dumps({"p": {"file_name": "parts"}}))
     assert len(load_examples("p", tmp_path)) == 2
+    _write(tmp_path / "parts" / "0.json", ALPACA[:1], "json")  # LF's "json" type holds .json and .jsonl alike
+    assert len(load_examples("p", tmp_path)) == 3
     _write(tmp_path / "parts" / "3.csv", ALPACA, "csv")
-    with pytest.raises(DataError, match="mixes file types"):
+    with pytest.raises(DataError, match=r"mixes file types \(csv, json\)"):
         load_examples("p", tmp_path)
 
 
