@@ -93,8 +93,12 @@ LF_KEYS: dict[str, Rule] = {
               freeze_language_model=False),
     **refused("LLaMA-Factory's new tokens (added to the tokenizer and the embeddings)",
               "resize_vocab: true grows the embeddings to an already larger tokenizer", scope=ALL,
-              split_special_tokens=False, add_tokens=None, add_special_tokens=None, new_special_tokens_config=None,
+              add_tokens=None, add_special_tokens=None, new_special_tokens=None, new_special_tokens_config=None,
               init_special_tokens="noise_init"),
+    # LF's tokenizer option: true keeps text that spells a control token as text, which is the default here
+    **refused("LLaMA-Factory's split_special_tokens tokenizer option", "text that spells a control token already "
+              "stays text here (allow_special_tokens_in_text: false, the default): remove the key", scope=ALL,
+              split_special_tokens=False),
     **refused("resized embeddings outside training", "a full fine-tune saves its resized embeddings; an adapter "
               "trained with resize_vocab carries them (additional_target)", scope=frozenset({INFER, EXPORT}),
               resize_vocab=False),

@@ -111,3 +111,12 @@ def test_llamafactory_examples_get_no_generic_refusal(demo_model_dir):
         accepted += not problems
         refused += bool(problems)
     assert accepted >= 2 and refused >= 1
+
+
+def test_token_keys_are_refused_for_what_they_are():
+    """split_special_tokens is a tokenizer option (its true is the default here), not LF's added tokens;
+    new_special_tokens, LF's earlier name for added tokens, is refused as such, not as a typo."""
+    with pytest.raises(ConfigError, match="split_special_tokens tokenizer option.*already stays text here"):
+        engine.load_config({**DATA, "split_special_tokens": True})
+    with pytest.raises(ConfigError, match="new_special_tokens: <x>` belongs to LLaMA-Factory's new tokens"):
+        engine.load_config({**DATA, "new_special_tokens": "<x>"})
