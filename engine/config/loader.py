@@ -110,7 +110,8 @@ def _apply_aliases(schema: Schema, data: dict[str, Any]) -> dict[str, Any]:
         value = convert(data[alias]) if convert else data[alias]
         default = schema.fields[target].default
         if target in out and out[target] not in (None, value, default):
-            raise ConfigError(f"{alias}: {short_repr(data[alias])} and {target}: {short_repr(out[target])} "
+            said = "" if value == data[alias] else f" (that is {target}: {short_repr(value)})"
+            raise ConfigError(f"{alias}: {short_repr(data[alias])}{said} and {target}: {short_repr(out[target])} "
                               "disagree; keep one of them.")
         out[target] = value
     return out

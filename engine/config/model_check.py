@@ -105,8 +105,8 @@ def lora_target_problems(model: str | None, lora_target: str) -> list[str]:
     problems = []
     for name in names:
         if name == "all":
-            problems.append("lora_target: all cannot be combined with other names; use all alone.")
-        elif not any(_matches(name, full) for full in layers.widths):
+            continue  # all beside other names is refused with the field's own rule (fields.alone_problem)
+        if not any(_matches(name, full) for full in layers.widths):
             problems.append(f"lora_target {short_repr(name, 40)} matches no module of this model; its linear "
                             f"modules are: {clip(available, 300)}.")
     return problems

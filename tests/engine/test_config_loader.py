@@ -62,6 +62,10 @@ def test_alias_that_disagrees_with_its_key_is_refused():
     with pytest.raises(ConfigError, match="ulysses_size: 2 and cp_size: 4 disagree"):
         engine.load_config({**DATA, "ulysses_size": 2, "cp_size": 4})
     assert engine.load_config({**DATA, "ulysses_size": 2, "cp_size": 2}).cp_size == 2
+    # an alias that inverts its key says what it means
+    with pytest.raises(ConfigError, match=r"disable_gradient_checkpointing: True \(that is gradient_checkpointing: "
+                                          r"False\) and gradient_checkpointing: True disagree"):
+        engine.load_config({**DATA, "disable_gradient_checkpointing": True, "gradient_checkpointing": True})
 
 
 def test_every_problem_of_a_file_is_listed_at_once():

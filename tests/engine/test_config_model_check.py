@@ -76,6 +76,12 @@ def test_freeze_modules_are_checked_against_the_layers(demo_model_dir):
     assert engine.validate(config(demo_model_dir, finetuning_type="freeze", freeze_trainable_modules="mlp")) == []
 
 
+def test_all_beside_module_names_is_said_once_with_a_model_at_hand(demo_model_dir):
+    problems = engine.validate(config(demo_model_dir, lora_target="all,q_proj"))
+    assert problems == ["lora_target: all stands alone and cannot be listed with 'q_proj'; write lora_target: all, "
+                        "or only the names."]
+
+
 def test_freeze_extra_modules_are_checked_before_the_run_as_the_run_checks_them(demo_model_dir):
     from transformers import AutoModelForCausalLM
 
