@@ -171,7 +171,9 @@ def _changes(state: WizardState, skill: Skill, defaults: dict) -> list[tuple[str
     """Every change to the example, in order; a later change of the same key wins (and gives the reason)."""
     changes = _model_changes(state, skill, defaults)
     changes += _preference_changes(state, skill)
-    changes.append(("dataset", ",".join(state.datasets), t("reason.dataset")))
+    mixed = [name for name in state.mixed_in if name in state.datasets]
+    changes.append(("dataset", ",".join(state.datasets),
+                    t("reason.dataset_mixed", mixed=", ".join(mixed)) if mixed else t("reason.dataset")))
     if state.dataset_dir:
         changes.append(("dataset_dir", str(Path(state.dataset_dir).resolve()), t("reason.dataset_dir")))
     changes.append(("output_dir", output_dir_for(state, stage=skill.training_stage), t("reason.output_dir")))

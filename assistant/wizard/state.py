@@ -88,6 +88,8 @@ class WizardState:
     """Values the user set by hand (reason "user-specified" in the diff)."""
     suggestions: dict[str, Any] = field(default_factory=dict)
     """Values the user accepted from the small-dataset advice (reason given in the diff)."""
+    mixed_in: list[str] = field(default_factory=list)
+    """Datasets that advice mixed in (not chosen in stage 1): the diff and validation name them."""
     diff: list[dict] = field(default_factory=list)
     """The diff vs. the example, as confirmed: rows {parameter, default, new, reason}."""
     measured: dict = field(default_factory=dict)

@@ -165,6 +165,10 @@ def test_small_dataset_advice_proposes_a_fix_that_works(ready, skill, workspace)
     assert rebuilt.config["dataset"] == "identity,alpaca_demo"
     assert config_stage.small_data_advice(rebuilt, fixed, skill, available) is None
     assert any(r.reason == "small dataset: more loss points / steps" for r in rebuilt.diff)
+    # the mixed-in data is named as the fix's, not as the user's choice in stage 1
+    assert fixed.mixed_in == ["alpaca_demo"]
+    reasons = {key: reason for key, _value, reason in build._changes(fixed, skill, {})}
+    assert reasons["dataset"] == "data chosen in stage 1, with alpaca_demo mixed in by the small-data fix (f)"
 
 
 def test_qlora_and_full_pick_their_own_example(workspace, skill, demo_model_dir):

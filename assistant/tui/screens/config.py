@@ -171,13 +171,14 @@ class ConfigScreen(StageScreen):
         rows = built.rows if built.rows is not None else "?"
         steps = t("config.steps", steps=built.total_steps, rows=rows) if built.total_steps is not None else \
             t("config.steps_packed" if built.config.get("stage") == "pt" else "config.steps", steps="?", rows=rows)
-        lines = [steps] + ([f"[yellow]! {escape(p)}[/yellow]" for p in advice.problems] if advice else [])
-        lines += [f"[yellow]! {escape(note)}[/yellow]" for note in built.notes]
-        if advice and (advice.suggestions or advice.mix_dataset):
+        lines = [steps]
+        if advice and (advice.suggestions or advice.mix_dataset):  # what f does, first: the area is short at 80x24
             fix = ", ".join(f"{k} → {fmt_value(v)}" for k, v in advice.suggestions.items())
             if advice.mix_dataset:
                 fix = ", ".join(part for part in (fix, t("config.mix", dataset=advice.mix_dataset)) if part)
-            lines.append(t("config.fix", fix=fix))
+            lines.append(escape(t("config.fix", fix=fix)))
+        lines += [f"[yellow]! {escape(p)}[/yellow]" for p in advice.problems] if advice else []
+        lines += [f"[yellow]! {escape(note)}[/yellow]" for note in built.notes]
         self.query_one("#advice", Static).update("\n".join(lines))
         self.query_one("#accept-fix").display = bool(advice and (advice.suggestions or advice.mix_dataset))
 

@@ -117,7 +117,11 @@ class ValidateScreen(StageScreen):
         lines = [t("validate.chat_first", command=validate.chat_command(self.wizard.run_folder, self.state.device))]
         if self.state.execution == "run_here":
             key = "validate.what_ran" if written else "validate.what_runs"
-            lines.append(t(key, held=len(self.held_out)) if self.held_out else t(f"{key}_plain"))
+            mixed = [name for name in self.state.mixed_in if name in self.state.datasets]
+            if self.held_out and mixed:  # the rows are held out of the whole mix, not only the user's data
+                lines.append(t(f"{key}_mixed", held=len(self.held_out), mixed=", ".join(mixed)))
+            else:
+                lines.append(t(key, held=len(self.held_out)) if self.held_out else t(f"{key}_plain"))
         return "\n".join(lines)
 
     # --------------------------------------------------------------- infer.yaml

@@ -189,7 +189,8 @@ def accept_advice(state: WizardState, advice: Advice, *, mix_rows: int | None = 
         rows = dict(new.dataset_rows)
         if mix_rows is not None:
             rows[advice.mix_dataset] = mix_rows
-        new = new.replace(datasets=[*new.datasets, advice.mix_dataset], dataset_rows=rows)
+        new = new.replace(datasets=[*new.datasets, advice.mix_dataset], dataset_rows=rows,
+                          mixed_in=[*new.mixed_in, advice.mix_dataset])
     return new
 
 
