@@ -509,7 +509,7 @@ STRINGS: dict[str, str] = {
     "engine.data.repair.no_exchange": "略去了没有完整用户/助手问答的行",
     "engine.data.repair.tool_calls": "将 OpenAI 的 tool_calls 转成了 function_call 轮次",
     "engine.data.repair.renamed_role": "将角色 {role!r} 重命名为 {tag!r}",
-    "engine.data.repair.misspelt_role": "将拼错的角色 {role!r} 更正为 {tag!r}",
+    "engine.data.repair.misspelt_role": "将角色 {role!r} 改为 {tag!r}（按最接近的已知角色 {like!r} 理解：请确认这是它的含义）",
     "engine.data.repair.joined_tool_results": "将连续的多条工具结果合并为一条 observation",
     "engine.data.repair.merged_turns": "合并了同一方的连续轮次",
     "engine.data.repair.leading_answer": "删除了出现在任何提问之前的回答",

@@ -146,7 +146,8 @@ def _known_role(raw_role: str, notes: _Notes) -> str | None:
     if not close:
         return None
     tag = _SHAREGPT_TAGS.get(ROLE_ALIASES[close[0]], "system")
-    notes.add("misspelt_role", f"renamed the misspelt role {raw_role!r} to {tag!r}", role=raw_role, tag=tag)
+    notes.add("misspelt_role", f"renamed the role {raw_role!r} to {tag!r} (read as {close[0]!r}, the nearest known "
+              "role: check that this is what it means)", role=raw_role, tag=tag, like=close[0])
     return ROLE_ALIASES[close[0]]
 
 

@@ -49,6 +49,10 @@ async def test_malformed_dataset_is_explained_then_a_converted_copy_is_used(work
         info = json.loads((workspace / "data" / "dataset_info.json").read_text())
         assert info["chats"]["file_name"] == "chats.json"
         await wait_until(pilot, lambda: "chats" in app.screen.query_one("#datasets").selected, what="selected")
+        await pilot.pause()
+        # what Add did stays on screen once the listing selects the new dataset: where it went and what changed
+        said = messages(app)
+        assert "chats" in said and "renamed" in said and app.screen.query_one("#messages-box").display, said
         # the recommended identity, selected only because we recommended it, gives way to the user's own file
         assert list(app.screen.query_one("#datasets").selected) == ["chats"] and app.state.datasets == ["chats"]
 

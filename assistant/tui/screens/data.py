@@ -87,6 +87,8 @@ class DataScreen(StageScreen):
         """The recommended datasets were selected once (never again over the user's own choice)."""
         self.to_select: set[str] = set()
         """A dataset just added: selected when the listing is next filled, beside what was selected."""
+        self.choice_refused = False
+        """Continue was refused for an empty selection: selecting something clears that message (only that)."""
         self.auto_selected: set[str] = set()
         """What the recommendation selected: a file of the user's own replaces it while it is all that is chosen."""
 
@@ -200,8 +202,9 @@ class DataScreen(StageScreen):
 
     @on(SelectionList.SelectedChanged, "#datasets")
     def _selection_changed(self) -> None:
-        if self.query_one("#datasets", SelectionList).selected:
-            self.say()  # "select at least one" no longer applies
+        if self.choice_refused and self.query_one("#datasets", SelectionList).selected:
+            self.choice_refused = False
+            self.say()  # "select at least one" no longer applies (other messages, e.g. what Add did, stay)
 
     @on(SelectionList.SelectionHighlighted, "#datasets")
     def _highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
@@ -316,6 +319,7 @@ class DataScreen(StageScreen):
         names = list(self.query_one("#datasets", SelectionList).selected)
         outcome = data.choose(self.state, self.folder, names, self.listing, self.counts)
         if not outcome.ok:
+            self.choice_refused = True
             self.say(outcome.problems)
             return
         self.wizard.commit(outcome.state.replace(data_source=self.query_one(QuestionSet).value))
