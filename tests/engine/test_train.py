@@ -156,3 +156,15 @@ def test_head_on_trained_positions_gives_the_full_loss_and_gradients(demo_model_
     for name in grads_a:
         # fp32 sums in another order (the head on 14 rows instead of 24): ~1e-6 relative.
         torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-5, rtol=1e-4)
+
+
+def test_rows_cut_at_cutoff_len_are_named_before_training(demo_model_dir, tmp_path):
+    """An answer longer than cutoff_len is trained cut off mid-text: the run says how many rows that is."""
+    handle = engine.train(tiny_config(demo_model_dir, tmp_path, cutoff_len=24, max_steps=1),
+                          runs_dir=tmp_path / "runs")
+    assert handle.status().state == "completed"
+    notes = " ".join(handle.status().notes)
+    assert "of 32 row(s) are longer than cutoff_len 24 tokens and were cut" in notes, notes
+    short = engine.train(tiny_config(demo_model_dir, tmp_path, output_dir=str(tmp_path / "b"), max_steps=1,
+                                     cutoff_len=512), runs_dir=tmp_path / "runs")
+    assert "longer than cutoff_len" not in " ".join(short.status().notes)
