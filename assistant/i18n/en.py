@@ -247,6 +247,7 @@ STRINGS: dict[str, str] = {
     "reason.dataset_mixed": "data chosen in stage 1, with {mixed} mixed in by the small-data fix (f)",
     "validate.what_runs_mixed": "Once infer.yaml is confirmed, the base and the fine-tuned model answer the prompts below and {held} held-out rows of the training data (never trained on; the data's answer shown beside). They are drawn from your data and {mixed} together, so some may be {mixed}'s.",
     "validate.what_ran_mixed": "infer.yaml is written: the base and the fine-tuned model answer the prompts below and {held} held-out rows of the training data (never trained on; the data's answer shown beside). They are drawn from your data and {mixed} together, so some may be {mixed}'s.",
+    "reason.save_total_limit": "{count} checkpoints otherwise, each with the optimizer state (about three times the trained weights): the newest {keep} are kept",
     "reason.dataset_dir": "dataset folder chosen in stage 1",
     "reason.output_dir": "checkpoints go under saves/, one folder per run",
     "reason.cpu_precision": "no GPU: bf16/fp16 on this CPU trains 10-20x slower; fp32",

@@ -247,6 +247,7 @@ STRINGS: dict[str, str] = {
     "reason.dataset_mixed": "阶段 1 选择的数据，并由小数据修正（f）混入 {mixed}",
     "validate.what_runs_mixed": "确认 infer.yaml 后，基座模型和微调后的模型会回答下面的问题，以及训练数据中留出的 {held} 行（未参与训练；旁边显示数据中的答案）。这些行从你的数据和 {mixed} 中一起抽取，其中一些可能来自 {mixed}。",
     "validate.what_ran_mixed": "infer.yaml 已写入：基座模型和微调后的模型回答下面的问题，以及训练数据中留出的 {held} 行（未参与训练；旁边显示数据中的答案）。这些行从你的数据和 {mixed} 中一起抽取，其中一些可能来自 {mixed}。",
+    "reason.save_total_limit": "否则会保存 {count} 个检查点，每个都含优化器状态（约为训练权重的三倍）：只保留最新的 {keep} 个",
     "reason.dataset_dir": "阶段 1 选择的数据目录",
     "reason.output_dir": "检查点放在 saves/ 下，每次运行一个目录",
     "reason.cpu_precision": "没有 GPU：此 CPU 上 bf16/fp16 训练慢 10-20 倍；改用 fp32",

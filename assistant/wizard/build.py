@@ -201,7 +201,27 @@ def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
     built.total_steps = total_steps(config, built.rows, devices=device_count(state))
     if config.get("stage") == "pt" and config.get("packing") is not False and not (config.get("max_steps") or 0) > 0:
         built.total_steps = None  # texts packed into cutoff_len rows: the count follows the tokens (pre-flight)
+    _limit_checkpoints(built, state)
     return built
+
+
+KEEP_CHECKPOINTS = 3
+
+
+def _limit_checkpoints(built: BuiltConfig, state: WizardState) -> None:
+    """Many checkpoints and no save_total_limit: keep the newest few (each holds the optimizer state, about three
+    times the trained weights), unless the user set the limit by hand."""
+    config, steps = built.config, built.total_steps
+    every = config.get("save_steps") or 0
+    if (not steps or every <= 0 or config.get("save_strategy", "steps") != "steps"
+            or config.get("save_total_limit") is not None or "save_total_limit" in state.edits):
+        return
+    count = steps // every
+    if count <= KEEP_CHECKPOINTS:
+        return
+    config["save_total_limit"] = KEEP_CHECKPOINTS
+    built.diff.append(DiffRow("save_total_limit", built.defaults.get("save_total_limit"), KEEP_CHECKPOINTS,
+                              t("reason.save_total_limit", count=count, keep=KEEP_CHECKPOINTS)))
 
 
 def _lf_default_rows(example, config: dict[str, Any], diff: list[DiffRow]) -> list[DiffRow]:

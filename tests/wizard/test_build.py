@@ -201,3 +201,22 @@ def test_packed_pretraining_leaves_the_step_count_to_the_preflight(workspace, de
         device={"platform": "cpu", "indices": [], "mode": "cpu", "reason": "test"})
     built = build.build_train_config(state, pt)
     assert built.config["stage"] == "pt" and built.rows and built.total_steps is None
+
+
+def test_many_checkpoints_keep_only_the_newest_few(ready, skill):
+    """save_steps 5 over a long run wrote every checkpoint (optimizer state included) and kept them all."""
+    from pathlib import Path
+
+    full = str(Path(ready.example).with_name("tiny_full_sft.yaml"))  # an example without a limit
+    ready = ready.replace(example=full, method="full")
+    state = config_stage.apply_edit(ready, "save_steps", "5").state
+    built = build.build_train_config(state, skill)
+    count = built.total_steps // 5
+    assert count > build.KEEP_CHECKPOINTS and built.config["save_total_limit"] == build.KEEP_CHECKPOINTS
+    [row] = [r for r in built.diff if r.parameter == "save_total_limit"]
+    assert row.reason.startswith(f"{count} checkpoints otherwise") and "the newest 3 are kept" in row.reason
+    assert not validate(load_config(built.config))
+    mine = build.build_train_config(config_stage.apply_edit(state, "save_total_limit", "10").state, skill)
+    assert mine.config["save_total_limit"] == 10  # a hand-set limit stands
+    few = build.build_train_config(config_stage.apply_edit(ready, "save_steps", "100000").state, skill)
+    assert few.config.get("save_total_limit") is None
