@@ -277,7 +277,7 @@ def find_run(run_id: str, runs_dir: str | Path | None = None, *, prefix: bool = 
         return matches[0]
     if matches and not prefix:
         raise EngineError(f"No run is called {run_id!r}; {', '.join(m.run_id for m in matches[:5])} start(s) with "
-                          "it. Stopping or resuming a run takes its whole id.")
+                          "it. Stopping, resuming or reopening a run takes its whole id.")
     recent = [r.run_id for r in iter_runs(root)][:5]
     if len(matches) > 1:
         raise EngineError(f"Run id {run_id!r} matches several runs: {', '.join(m.run_id for m in matches[:5])}. "

@@ -120,7 +120,7 @@ class WizardApp(App):
         from assistant.wizard.resume import plan_resume
 
         try:
-            folder = find_run(run_id, self.runs_dir).path
+            folder = find_run(run_id, self.runs_dir, prefix=False).path
             self._skill_of_run(folder)
             plan = plan_resume(folder, self.skill)
         except EngineError as exc:
@@ -325,7 +325,7 @@ def run_app(*, resume: str | None = None, lang: str | None = None, runs_dir: str
     if resume:
         from engine.rundir import find_run
 
-        find_run(resume, runs_dir)
+        find_run(resume, runs_dir, prefix=False)  # it may resume training: the whole id, as resume-train
     app = WizardApp(runs_dir=runs_dir, resume=resume, lang=lang, review=review)
     app.run()
     served = "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")  # textual-serve's page: stdout is its channel

@@ -57,3 +57,15 @@ async def test_resume_of_an_unknown_run_says_so(workspace):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
     assert app.return_code == 2 and "No run 'no-such-run'" in app.exit_hint
+
+
+async def test_resume_takes_the_whole_run_id(workspace):
+    """Reopening may resume training: a prefix that names another run must not pick it (as resume-train)."""
+    from engine.rundir import RunDir
+
+    RunDir(workspace / "lf_runs" / "demo_lora_20260101_000000").path.mkdir(parents=True)
+    (workspace / "lf_runs" / "demo_lora_20260101_000000" / "status.json").write_text('{"state": "stopped"}')
+    app = make_app(workspace, resume="demo_lora_2026")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+    assert app.return_code == 2 and "demo_lora_20260101_000000 start(s) with it" in app.exit_hint
