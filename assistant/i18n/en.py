@@ -452,6 +452,7 @@ STRINGS: dict[str, str] = {
     "validate.run_again": "Run again",
     "validate.reference": "data",
     "validate.what_runs": "Once infer.yaml is confirmed, the base and the fine-tuned model answer the prompts below and {held} held-out rows of your data (never trained on; the data's answer shown beside).",
+    "validate.some_of": "{shown} of the {total}",
     "validate.what_runs_plain": "Once infer.yaml is confirmed, the base and the fine-tuned model answer the prompts below.",
     "validate.what_ran": "infer.yaml is written: the base and the fine-tuned model answer the prompts below and {held} held-out rows of your data (never trained on; the data's answer shown beside).",
     "validate.what_ran_plain": "infer.yaml is written: the base and the fine-tuned model answer the prompts below.",

@@ -539,6 +539,7 @@ STRINGS: dict[str, str] = {
     "validate.run_again": "再运行一次",
     "validate.reference": "数据",
     "validate.what_runs": "确认 infer.yaml 后，基座模型和微调后的模型会回答下面的问题，以及你的数据中未参与训练的 {held} 行（并列显示数据中的答案）。",
+    "validate.some_of": "{total} 行中的 {shown}",
     "validate.what_runs_plain": "确认 infer.yaml 后，基座模型和微调后的模型会回答下面的问题。",
     "validate.what_ran": "infer.yaml 已写入：基座模型和微调后的模型回答下面的问题，以及你的数据中未参与训练的 {held} 行（并列显示数据中的答案）。",
     "validate.what_ran_plain": "infer.yaml 已写入：基座模型和微调后的模型回答下面的问题。",

@@ -64,6 +64,7 @@ async def test_full_flow_trains_validates_and_exports(workspace):
         await wait_until(pilot, lambda: app.state.validated, timeout=240, what="validation")
         intro = " ".join(str(app.screen.query_one("#intro").render()).split())
         assert "infer.yaml is written" in intro and "Once infer.yaml is confirmed" not in intro  # not stale
+        assert "and 4 of the 6 held-out rows of your data" in intro  # the config held 6 out; 4 are asked
         app.screen.query_one("#prompts").text = "Who are you?\nWhat is your name?"
         app.screen.query_one("#run").press()  # and again on the user's own
 

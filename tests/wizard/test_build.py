@@ -220,3 +220,13 @@ def test_many_checkpoints_keep_only_the_newest_few(ready, skill):
     assert mine.config["save_total_limit"] == 10  # a hand-set limit stands
     few = build.build_train_config(config_stage.apply_edit(ready, "save_steps", "100000").state, skill)
     assert few.config.get("save_total_limit") is None
+
+
+def test_a_new_starting_example_drops_the_old_small_data_fix(ready, skill):
+    """The fix answered the old example's step count (epochs 3 -> 5 for LoRA); under Full's example (20 epochs)
+    it would lower them, with a reason saying the opposite. It is asked anew; hand edits stay."""
+    fixed = ready.replace(suggestions={"num_train_epochs": 5.0}, edits={"lora_rank": 16})
+    changed = flow.apply(fixed, skill, {**fixed.answers(), "method": "full"}).state
+    assert changed.example != fixed.example and changed.suggestions == {} and changed.edits == {"lora_rank": 16}
+    same = flow.apply(fixed, skill, fixed.answers()).state
+    assert same.suggestions == {"num_train_epochs": 5.0}

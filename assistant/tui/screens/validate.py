@@ -73,6 +73,7 @@ class ValidateScreen(StageScreen):
         self.infer: dict | None = None
         self.train_config: dict = {}
         self.held_out: list[dict] = []
+        self.held_out_total = 0
 
     @property
     def mode(self) -> str:
@@ -108,6 +109,8 @@ class ValidateScreen(StageScreen):
             return
         count = int(self.stage.settings.get("held_out_prompts", 0) or 0)
         self.held_out = validate.held_out_rows(self.wizard.run_folder, count)
+        # the config said how many rows training held out; validation asks the first few of them
+        self.held_out_total = len(validate.held_out_rows(self.wizard.run_folder, 1_000_000)) if count else 0
         self.query_one("#intro", Static).update(escape(self._intro()))
         self.plan_infer()
 
@@ -118,10 +121,12 @@ class ValidateScreen(StageScreen):
         if self.state.execution == "run_here":
             key = "validate.what_ran" if written else "validate.what_runs"
             mixed = [name for name in self.state.mixed_in if name in self.state.datasets]
+            shown, total = len(self.held_out), self.held_out_total
+            held = t("validate.some_of", shown=shown, total=total) if total > shown else str(shown)
             if self.held_out and mixed:  # the rows are held out of the whole mix, not only the user's data
-                lines.append(t(f"{key}_mixed", held=len(self.held_out), mixed=", ".join(mixed)))
+                lines.append(t(f"{key}_mixed", held=held, mixed=", ".join(mixed)))
             else:
-                lines.append(t(key, held=len(self.held_out)) if self.held_out else t(f"{key}_plain"))
+                lines.append(t(key, held=held) if self.held_out else t(f"{key}_plain"))
         return "\n".join(lines)
 
     # --------------------------------------------------------------- infer.yaml

@@ -45,7 +45,9 @@ def apply(state: WizardState, skill: Skill, answers: Mapping[str, str]) -> Outco
         from assistant.wizard.stages.model import example_for
 
         example, note = example_for(skill_for(new.workflow), new.family, new.method or "lora")
-        new = new.replace(example=str(example), example_note=note)
+        new = new.replace(example=str(example), example_note=note,
+                          # the small-data advice answered the old example's step count: the config stage asks anew
+                          suggestions={} if str(example) != state.example else new.suggestions)
     if workflow_changed and state.datasets:
         # SFT rows and preference pairs are not interchangeable: the data stage is chosen again.
         new = new.replace(datasets=[], dataset_rows={}, dataset_chars={},

@@ -140,7 +140,8 @@ def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None
     local = resolution.local_path if resolution.local_complete else None
     new = state.replace(model=text, family=resolution.family, template=resolution.template,
                         template_rule=resolution.rule, example=str(example), example_note=note,
-                        model_path=str(Path(local).resolve()) if local else None, download={})
+                        model_path=str(Path(local).resolve()) if local else None, download={},
+                        suggestions={} if str(example) != state.example else state.suggestions)
     notes = warning_words(resolution) + ([note] if note else [])
     return Outcome(new, notes=notes)
 
