@@ -432,7 +432,7 @@ STRINGS: dict[str, str] = {
     "reason.demo_save_steps": "a short run: frequent checkpoints, so a stop loses little",
     "reason.demo_cutoff_len": "the demo data's rows are short: 128 tokens hold them whole",
     "reason.cpu_small_model": "a {params} model on a CPU: a learning rate and batch shape that show the effect within the few dozen steps a CPU run affords (skill file: cpu_small_model)",
-    "reason.folded_accumulation": "packed rows on a CPU: the step's {micro} x {accum} samples in one micro-batch, the same samples and loss per step in larger products a CPU runs faster (SmolLM2-135M, 2 threads: 1.18x tokens/s, 2x on a busy CPU); the pre-flight halves it if it does not fit",
+    "reason.folded_accumulation": "packed rows on a CPU: each step's {total} samples in one micro-batch, the same samples and loss per step in larger products a CPU runs faster (SmolLM2-135M, 2 threads: 1.18x tokens/s, 2x on a busy CPU); the pre-flight halves it if it does not fit",
     "reason.packed_batching": "each micro-batch trained as one padding-free row: the same samples, steps and loss as padded batches, without the work on padding (measured on a CPU: 2.1x faster on varied lengths; skill file: packed_batching)",
     "reason.held_out": "{count} rows held out of training: validation asks them and shows the data's answer beside the model's",
     "reason.measured": "pre-flight: {why}",

@@ -432,7 +432,7 @@ STRINGS: dict[str, str] = {
     "reason.demo_save_steps": "运行很短：频繁保存检查点，中途停止损失很少",
     "reason.demo_cutoff_len": "演示数据较短：128 个 token 足以完整容纳",
     "reason.cpu_small_model": "CPU 上的 {params} 模型：所选学习率与批次形状能在 CPU 可承受的几十步内显出效果（技能文件：cpu_small_model）",
-    "reason.folded_accumulation": "CPU 上的紧凑拼接：把每步的 {micro} x {accum} 个样本放进一个微批次，每步的样本与 loss 不变，更大的矩阵乘法在 CPU 上更快（SmolLM2-135M、2 线程实测：每秒 token 数 1.18 倍，CPU 繁忙时约 2 倍）；放不下时预检会减半",
+    "reason.folded_accumulation": "CPU 上的紧凑拼接：把每步的 {total} 个样本放进一个微批次，每步的样本与 loss 不变，更大的矩阵乘法在 CPU 上更快（SmolLM2-135M、2 线程实测：每秒 token 数 1.18 倍，CPU 繁忙时约 2 倍）；放不下时预检会减半",
     "reason.packed_batching": "每个微批次拼成一行、不含填充：样本、步数与损失都与填充批次相同，只是省去了填充上的计算（CPU 上实测：长度不一的数据快 2.1 倍；技能文件：packed_batching）",
     "reason.held_out": "{count} 行不参与训练：验证时提问这些行，并把数据中的答案与模型的回答并列显示",
     "reason.measured": "预检：{why}",

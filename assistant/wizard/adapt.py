@@ -102,7 +102,8 @@ def folded_accumulation_changes(state: WizardState, values: dict[str, Any]) -> l
     accum = int(values.get("gradient_accumulation_steps") or 1)
     if accum <= 1:
         return []
-    reason = t("reason.folded_accumulation", micro=micro, accum=accum)
+    # the whole step, not the recipe's split: the diff's left column is the example's, which may split it otherwise
+    reason = t("reason.folded_accumulation", total=micro * accum)
     return [("per_device_train_batch_size", micro * accum, reason), ("gradient_accumulation_steps", 1, reason)]
 
 

@@ -52,7 +52,7 @@ def test_a_small_real_model_on_a_cpu_gets_the_measured_recipe_and_a_preflight_fi
     assert (diff["learning_rate"].default, diff["learning_rate"].new) == (1e-4, 1e-3)
     # the recipe's 4 x 2 samples per step, folded into one packed micro-batch of 8 (the same step, larger products)
     assert diff["per_device_train_batch_size"].new == 8 and diff["gradient_accumulation_steps"].new == 1
-    assert "4 x 2 samples in one micro-batch" in diff["gradient_accumulation_steps"].reason
+    assert "each step's 8 samples in one micro-batch" in diff["gradient_accumulation_steps"].reason
     assert "135M model on a CPU" in diff["learning_rate"].reason
     padded = build.build_train_config(smol.replace(edits={"batching_strategy": "padded"}), skill).config
     assert (padded["per_device_train_batch_size"], padded["gradient_accumulation_steps"]) == (4, 2)
