@@ -3,6 +3,7 @@
 STRINGS: dict[str, str] = {
     # --- app, board, keys
     "app.no_back": "Training was launched: earlier answers are fixed now. Start a new run to change them.",
+    "app.training_goes_on": "Training goes on in the background (run {run_id}); `lf-assistant status {run_id}` follows it, `lf-assistant stop {run_id}` stops it.",
     "app.resume_hint": "Run saved. Continue later with:  {command} --resume {run_id}",
     "app.browser_hint": "The wizard continues in your browser:  {url}\nOpening the page again continues where you "
                         "were; closing it never stops training. Server log: {log} (stop it with: kill {pid}).",

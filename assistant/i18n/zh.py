@@ -3,6 +3,7 @@
 STRINGS: dict[str, str] = {
     # --- app, board, keys
     "app.no_back": "训练已经启动：之前的回答已固定。如需修改，请新建一次运行。",
+    "app.training_goes_on": "训练在后台继续（运行 {run_id}）；`lf-assistant status {run_id}` 查看进度，`lf-assistant stop {run_id}` 停止训练。",
     "app.resume_hint": "运行已保存。之后继续：  {command} --resume {run_id}",
     "app.browser_hint": "向导在浏览器中继续：  {url}\n重新打开页面会从上次的位置继续；关闭页面不会停止训练。"
                         "服务器日志：{log}（停止服务器：kill {pid}）。",

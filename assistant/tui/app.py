@@ -308,7 +308,19 @@ class WizardApp(App):
         if self.state is not None and self.started:
             save_state(self.state, self.runs_dir)
             self.exit_hint = t("app.resume_hint", command=self_command(), run_id=self.state.run_id)
+            if self._training_goes_on():
+                self.exit_hint = t("app.training_goes_on", run_id=self.state.run_id) + "\n" + self.exit_hint
         self.exit()
+
+    def _training_goes_on(self) -> bool:
+        """Whether this wizard's training process is still running (it does not stop with the TUI)."""
+        from engine.rundir import RunDir
+        from engine.runstatus import RunState
+
+        if not self.state.launched or not self.state.run_id:
+            return False
+        folder = Path(self.runs_dir) / self.state.run_id
+        return folder.is_dir() and RunDir(folder).read_status().state == RunState.RUNNING
 
     def action_review(self) -> None:
         from assistant.tui.screens.review import RunsScreen

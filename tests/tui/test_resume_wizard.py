@@ -69,3 +69,22 @@ async def test_resume_takes_the_whole_run_id(workspace):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
     assert app.return_code == 2 and "demo_lora_20260101_000000 start(s) with it" in app.exit_hint
+
+
+def test_quitting_says_when_training_goes_on_in_the_background(workspace):
+    """Ctrl+Q leaves a launched run training: the words on exit say so, and how to follow or stop it."""
+    from engine.rundir import RunDir
+    from engine.runstatus import ProcessIdentity, RunState
+
+    from assistant.i18n import t
+    from assistant.wizard.state import new_state
+
+    app = make_app(workspace)
+    app.state = new_state().replace(run_id="r1", launched=True)
+    run = RunDir(app.runs_dir / "r1")
+    run.path.mkdir(parents=True)
+    run.update_status(state=RunState.RUNNING, process=ProcessIdentity.current())
+    assert app._training_goes_on()
+    assert "lf-assistant stop r1" in t("app.training_goes_on", run_id="r1")
+    run.update_status(state=RunState.COMPLETED)
+    assert not app._training_goes_on()
