@@ -364,7 +364,7 @@ def stop(run_id: str, *, runs_dir: str | Path | None = None, force: bool = False
         raise EngineError(f"Run {run.run_id}'s status names no training process that can be checked (pid, start time "
                           "and host); it was not started by lf-assistant or its status was edited. Nothing was "
                           f"signalled; check with `lf-assistant status {run.run_id}`.")
-    run.request_stop("lf-assistant stop")
+    run.request_stop("stop command")
     if force:
         identity = status.process
         if identity is None or identity.alive() is not True or not holds_lock(identity.pid, run.path):

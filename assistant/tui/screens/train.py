@@ -332,7 +332,11 @@ class TrainScreen(StageScreen):
         checkpoint = train.newest_checkpoint(self.status)
         offer = t("train.offer_resume", checkpoint=train.display_path(checkpoint)) if checkpoint else \
             t("train.no_checkpoint")
-        self.say([t("train.ended", state=t(f"run.{state}"), reason=reason)], notes=[offer])
+        ended = t("train.ended", state=t(f"run.{state}"), reason=reason)
+        if state == "stopped":  # asked for: not an error
+            self.say(notes=[ended, offer])
+        else:
+            self.say([ended], notes=[offer])
 
     # --------------------------------------------------------------- keys
     def action_stop(self) -> None:
