@@ -109,9 +109,9 @@ class RunStarted(Message):
 
 
 class RunPolled(Message):
-    def __init__(self, status, new_metrics: list[dict], log_lines: list[str], last_metric_at: float | None) -> None:
+    def __init__(self, status, metrics: list[dict] | None, log_lines: list[str], last_metric_at: float | None) -> None:
         super().__init__()
-        self.status, self.new_metrics, self.log_lines, self.last_metric_at = status, new_metrics, log_lines, last_metric_at
+        self.status, self.metrics, self.log_lines, self.last_metric_at = status, metrics, log_lines, last_metric_at
 
 
 class ProcessProgressed(Message):

@@ -205,28 +205,32 @@ class TrainScreen(StageScreen):
         from engine.rundir import RunDir
 
         run = RunDir(self.wizard.run_folder)
-        worker, seen, poll = get_current_worker(), 0, float(self.stage.settings.get("poll_s", 0.5))
+        worker, seen, poll = get_current_worker(), None, float(self.stage.settings.get("poll_s", 0.5))
         last_metric_at: float | None = None
         while not worker.is_cancelled:
             if self.process is not None:
                 self.process.poll()  # reap our own child so its end is seen at once
             status = run.read_status()
             metrics = run.read_metrics()
-            new = metrics[seen:]
-            seen = len(metrics)
-            if new:
+            # A resumed run logs again the steps after its checkpoint, replacing rows already shown: the whole
+            # (step-ordered, de-duplicated) list goes over whenever it changed, never a tail counted by rows.
+            mark = (len(metrics), metrics[-1] if metrics else None)
+            changed = metrics if mark != seen else None
+            seen = mark
+            if changed:
                 last_metric_at = time.time()
-            self.post_message(RunPolled(status, new, run.tail_log(LOG_TAIL), last_metric_at))
+            self.post_message(RunPolled(status, changed, run.tail_log(LOG_TAIL), last_metric_at))
             if status.is_terminal:
                 return
             time.sleep(poll)
 
     def on_run_polled(self, message: RunPolled) -> None:
         self.status = message.status
-        self.metrics.extend(message.new_metrics)
+        if message.metrics is not None:
+            self.metrics = list(message.metrics)
         self.last_metric_at = message.last_metric_at or self.last_metric_at
         self._show_status()
-        if message.new_metrics or not self.chart_drawn:
+        if message.metrics or not self.chart_drawn:
             self._draw_chart()
             self.chart_drawn = True
         self._show_log(message.log_lines)
@@ -285,10 +289,14 @@ class TrainScreen(StageScreen):
         if not status.is_terminal:  # an ended run has nothing left to estimate
             run_state += " · " + self._eta(status)
         self.query_one("#run-state", Static).update(run_state)
-        self.query_one("#numbers", Static).update(t(
+        numbers = t(
             "train.numbers", loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
             lr=f"{last['learning_rate']:.1e}" if last.get("learning_rate") is not None else "-",
-            tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-"))
+            tps=f"{last['tokens_per_second']:.0f}" if last.get("tokens_per_second") is not None else "-")
+        evaluated = next((m for m in reversed(self.metrics) if m.get("eval_loss") is not None), None)
+        if evaluated is not None:  # the held-out rows' loss, where the plot alone showed it
+            numbers += " · " + t("train.eval_loss", loss=f"{evaluated['eval_loss']:.4f}", step=evaluated["step"])
+        self.query_one("#numbers", Static).update(numbers)
         rewards = self.query_one("#rewards", Static)
         shown = [name for name in self.stage.settings.get("chart", ["loss"]) if name != "loss"]
         figures = [f"{metric_words(name)} {last[name]:+.3f}" for name in shown if last.get(name) is not None]
