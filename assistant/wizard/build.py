@@ -202,7 +202,28 @@ def build_train_config(state: WizardState, skill: Skill) -> BuiltConfig:
     if config.get("stage") == "pt" and config.get("packing") is not False and not (config.get("max_steps") or 0) > 0:
         built.total_steps = None  # texts packed into cutoff_len rows: the count follows the tokens (pre-flight)
     _limit_checkpoints(built, state)
+    _evaluate_often(built, state)
     return built
+
+
+EVALS_PER_RUN = 4
+
+
+def _evaluate_often(built: BuiltConfig, state: WizardState) -> None:
+    """With held-out rows, an eval interval (default logging_steps x 10) longer than a quarter of the run measures
+    the eval loss once or twice at best: set it so the run measures it about EVALS_PER_RUN times."""
+    config, steps = built.config, built.total_steps
+    held = (config.get("val_size") or 0) > 0 or bool(config.get("eval_dataset"))
+    if (not held or not steps or config.get("eval_strategy", "steps") != "steps" or config.get("eval_steps")
+            or "eval_steps" in state.edits):
+        return
+    default = (config.get("logging_steps") or 10) * 10
+    wanted = max(1, steps // EVALS_PER_RUN)
+    if default <= wanted:
+        return
+    config["eval_steps"] = wanted
+    built.diff.append(DiffRow("eval_steps", built.defaults.get("eval_steps"), wanted,
+                              t("reason.eval_steps", default=default, steps=steps, times=EVALS_PER_RUN)))
 
 
 KEEP_CHECKPOINTS = 3

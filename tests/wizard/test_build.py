@@ -230,3 +230,16 @@ def test_a_new_starting_example_drops_the_old_small_data_fix(ready, skill):
     assert changed.example != fixed.example and changed.suggestions == {} and changed.edits == {"lora_rank": 16}
     same = flow.apply(fixed, skill, fixed.answers()).state
     assert same.suggestions == {"num_train_epochs": 5.0}
+
+
+def test_the_eval_loss_is_measured_a_few_times_in_a_short_run(ready, skill):
+    """logging_steps x 10 over a run shorter than that measured the held-out loss only at the end."""
+    state = config_stage.apply_edit(ready, "logging_steps", "10").state
+    built = build.build_train_config(state, skill)
+    assert built.config["val_size"] and built.total_steps < 100
+    assert built.config["eval_steps"] == max(1, built.total_steps // build.EVALS_PER_RUN)
+    [row] = [r for r in built.diff if r.parameter == "eval_steps"]
+    assert row.reason.startswith("every 100 steps (logging_steps x 10)")
+    assert not validate(load_config(built.config))
+    mine = build.build_train_config(config_stage.apply_edit(state, "eval_steps", "7").state, skill)
+    assert mine.config["eval_steps"] == 7
