@@ -60,3 +60,18 @@ def choose_datasets(app, *names: str) -> None:
     widget.deselect_all()
     for name in names:
         widget.select(name)
+
+
+async def walk_to(pilot, app, name: str) -> None:
+    """Walk forward with the default answers until screen `name` is up (data: alpaca_demo)."""
+    while not on_screen(app, name):
+        current = type(app.screen).__name__
+        if current == "DataScreen":
+            await wait_until(pilot, lambda: app.screen.counts, what="row counts")
+            choose_datasets(app, "alpaca_demo")
+        if current == "ModelScreen":
+            await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
+        if current == "GpuScreen":
+            await wait_until(pilot, lambda: app.device_report is not None, what="devices")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: type(app.screen).__name__ != current, what=f"leaving {current}")

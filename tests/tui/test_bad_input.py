@@ -2,22 +2,7 @@
 
 import json
 
-from pilot_helpers import SIZE, busy_gpus, choose_datasets, make_app, messages, on_screen, wait_until
-
-
-async def _to_screen(pilot, app, name: str) -> None:
-    """Walk forward with the default answers until `name` is on screen (data: alpaca_demo)."""
-    while not on_screen(app, name):
-        current = type(app.screen).__name__
-        if current == "DataScreen":
-            await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-            choose_datasets(app, "alpaca_demo")
-        if current == "ModelScreen":
-            await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
-        if current == "GpuScreen":
-            await wait_until(pilot, lambda: app.device_report is not None, what="devices")
-        await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: type(app.screen).__name__ != current, what=f"leaving {current}")
+from pilot_helpers import SIZE, busy_gpus, make_app, messages, on_screen, wait_until, walk_to
 
 
 async def test_malformed_dataset_is_explained_then_a_converted_copy_is_used(workspace):
@@ -28,7 +13,7 @@ async def test_malformed_dataset_is_explained_then_a_converted_copy_is_used(work
     original = broken.read_bytes()
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_screen(pilot, app, "DataScreen")
+        await walk_to(pilot, app, "DataScreen")
         app.screen.query_one("#q-data_source").choose("custom")
         await pilot.pause()
         path_field = app.screen.query_one("#custom-path")
@@ -60,7 +45,7 @@ async def test_malformed_dataset_is_explained_then_a_converted_copy_is_used(work
 async def test_unsupported_model_and_missing_path_can_be_corrected(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_screen(pilot, app, "ModelScreen")
+        await walk_to(pilot, app, "ModelScreen")
         field = app.screen.query_one("#model-input")
         field.value = "someone/unheard-of-model"
         field.focus()
@@ -96,7 +81,7 @@ async def test_unsupported_model_and_missing_path_can_be_corrected(workspace):
 async def test_busy_gpus_are_never_chosen_silently(workspace):
     app = make_app(workspace, detect_devices=busy_gpus)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_screen(pilot, app, "GpuScreen")
+        await walk_to(pilot, app, "GpuScreen")
         await wait_until(pilot, lambda: app.device_report is not None, what="detection")
         listing = str(app.screen.query_one("#gpu-list").render())
         assert "70.0/80 GiB, 99% — busy" in listing and "pid 4242" in listing

@@ -3,7 +3,7 @@ list (Space toggles, Enter sets, Esc cancels) or typing them; the names that sta
 others. Keys that take one value keep their single choice or text field."""
 
 import pytest
-from pilot_helpers import SIZE, choose_datasets, make_app, messages, on_screen, wait_until
+from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until, walk_to
 
 
 @pytest.fixture(autouse=True)
@@ -21,17 +21,7 @@ def fixed_preflight(monkeypatch):
 
 
 async def _to_config(pilot, app) -> None:
-    while not on_screen(app, "ConfigScreen"):
-        current = type(app.screen).__name__
-        if current == "DataScreen":
-            await wait_until(pilot, lambda: app.screen.counts, what="row counts")
-            choose_datasets(app, "alpaca_demo")
-        if current == "ModelScreen":
-            await wait_until(pilot, lambda: app.state.model_path, what="model resolved")
-        if current == "GpuScreen":
-            await wait_until(pilot, lambda: app.device_report is not None, what="devices")
-        await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: type(app.screen).__name__ != current, what=f"leaving {current}")
+    await walk_to(pilot, app, "ConfigScreen")
     await wait_until(pilot, lambda: app.screen.built is not None, what="config built")
 
 
