@@ -169,7 +169,10 @@ def alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:
 
 
 def _answer_text(record: dict, column: str | None, where: str, what: str) -> str:
-    value = record.get(column) if column else None
+    if column is None:
+        raise RowError(where, None, f"no {what}: the entry's \"columns\" names no column for it. A columns object "
+                       "replaces every default (as in LLaMA-Factory): add \"response\": \"output\" (or your column).")
+    value = record.get(column)
     if isinstance(value, dict):  # sharegpt-style {"from": "gpt", "value": ...} in an alpaca file
         value = value.get("value", value.get("content"))
     if value is None:

@@ -152,18 +152,33 @@ def parse_spec(name: str, entry: Any) -> DatasetSpec:
             raise DataError(f"{where}: {key} must be a string, not {shorten(entry[key])}.")
     known = {key: entry[key] for key in ENTRY_KEYS if key in entry and key not in ("columns", "tags")}
     extra = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
-    spec = DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, columns_given="columns" in entry,
+    return DatasetSpec(name=name, columns=columns, tags=tags, extra=extra, columns_given="columns" in entry,
                        tags_given="tags" in entry, **known)
-    _require_named(spec, where)
-    return spec
+
+
+def entry_problem(spec: DatasetSpec) -> str | None:
+    """Why an entry's "columns" / "tags" object leaves out what every row of its formatting needs (there the
+    unnamed ones are absent, not defaulted, so LLaMA-Factory reads no row of it either), or None. Asked where the
+    dataset is used (get_dataset_spec), so one such entry does not hide the others of a listing."""
+    try:
+        _require_named(spec, f"dataset {shorten(spec.name)} in {INFO_FILE}")
+    except DataError as exc:
+        return str(exc)
+    return None
 
 
 def _require_named(spec: DatasetSpec, where: str) -> None:
-    """Refuse an entry whose "columns" / "tags" object leaves out what every row of its formatting needs: there
-    the unnamed ones are absent, not defaulted, so LLaMA-Factory reads no row of it either."""
+    if any(spec.columns.get(key) for key in ("images", "videos", "audios")):
+        return  # a multimodal entry: refused as such where it is used (listed as not usable, never read)
     if spec.formatting != "alpaca" and spec.column("messages") is None:
         raise DataError(f"{where}: its \"columns\" names no \"messages\" column. A columns object replaces every "
                         "default (as in LLaMA-Factory), so add \"messages\": \"conversations\" (or your column).")
+    if spec.formatting == "alpaca" and spec.columns_given and spec.column("prompt") is None \
+            and spec.column("query") is None:
+        # e.g. {"columns": {"system": "system"}}, as lf-assistant once wrote entries: no row has a prompt then
+        raise DataError(f"{where}: its \"columns\" names no \"prompt\" (nor \"query\") column. A columns object "
+                        "replaces every default (as in LLaMA-Factory), so name them all, e.g. \"prompt\": "
+                        "\"instruction\", \"query\": \"input\", \"response\": \"output\" beside the ones it has.")
     if spec.formatting != "alpaca" and spec.tags_given:
         missing = [key for key in ("role_tag", "content_tag", "user_tag", "assistant_tag") if spec.tag(key) is None]
         if missing:
@@ -264,7 +279,11 @@ def get_dataset_spec(name: str, dataset_dir: Path) -> DatasetSpec:
     """The entry registered as `name`; an unknown name lists close matches, or explains how to register a file."""
     info = _read_info(Path(dataset_dir))
     if name in info:
-        return parse_spec(name, info[name])
+        spec = parse_spec(name, info[name])
+        problem = entry_problem(spec)
+        if problem:
+            raise DataError(problem)
+        return spec
     if _looks_like_path(name):
         raise DataError(_path_given_message(name, Path(dataset_dir)))
     close = difflib.get_close_matches(name, list(info), n=3, cutoff=0.6)

@@ -100,10 +100,18 @@ def test_spec_defaults_follow_llamafactory(tmp_path):
 @pytest.mark.parametrize("entry, message", [
     ({"formatting": "sharegpt", "columns": {"system": "sys"}}, 'names no "messages" column'),
     ({"formatting": "sharegpt", "tags": {"user_tag": "user"}}, "leaves out role_tag, content_tag, assistant_tag"),
+    # as lf-assistant itself once wrote entries: no row would have a prompt, each refused naming a None column
+    ({"columns": {"system": "system"}}, 'names no "prompt" \\(nor "query"\\) column'),
+    ({"ranking": True, "columns": {"chosen": "chosen", "rejected": "rejected"}}, 'names no "prompt"'),
 ])
-def test_an_entry_that_names_too_little_is_refused(entry, message):
+def test_an_entry_that_names_too_little_is_refused(entry, message, tmp_path):
+    """Refused where the dataset is used, naming what to add; the other entries of the file stay usable."""
+    from engine.data.registry import load_dataset_info
+
+    _info(tmp_path, {"x": {"file_name": "x.json", **entry}, "fine": {"file_name": "f.json"}})
     with pytest.raises(DataError, match=message):
-        parse_spec("x", {"file_name": "x.json", **entry})
+        get_dataset_spec("x", tmp_path)
+    assert set(load_dataset_info(tmp_path)) == {"x", "fine"} and get_dataset_spec("fine", tmp_path).name == "fine"
 
 
 def test_unknown_name_suggests_close_matches(tmp_path):

@@ -212,3 +212,14 @@ def test_preview_reads_each_kind_as_training_does(workspace):
         answer = row["messages"][-1]["content"][:40]
         line = next(line for line in marked.splitlines() if answer in line)
         assert ("✓ desirable" in line) == row["kto_tag"] and ("✗ undesirable" in line) == (not row["kto_tag"])
+
+
+def test_an_entry_naming_too_few_columns_is_listed_with_why(workspace):
+    """{"columns": {"system": "system"}}, as entries were once written: listed as not usable, the others still."""
+    folder = workspace / "data"
+    info = json.loads((folder / "dataset_info.json").read_text())
+    info["old"] = {"file_name": "identity.json", "columns": {"system": "system"}}
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    rows = {row.name: row for row in data.list_datasets(folder)}
+    assert not rows["old"].available and 'names no "prompt"' in rows["old"].note
+    assert rows["identity"].available

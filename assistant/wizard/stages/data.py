@@ -120,9 +120,8 @@ def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bo
     kind "pairs" (the CLI's --pairs)."""
     from engine.data.formats import require_supported
     from engine.data.kinds import dataset_kind
-    from engine.data.registry import dataset_file_path, load_dataset_info
+    from engine.data.registry import dataset_file_path, entry_problem, load_dataset_info
     from engine.errors import EngineError
-    from engine.jsonio import copy_file_new
 
     kind = "pairs" if ranking else kind
     rows = []
@@ -141,6 +140,9 @@ def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bo
             require_supported(spec)
         except EngineError:
             available, note = False, t("data.multimodal")
+        problem = entry_problem(spec)
+        if problem and available:  # a columns/tags object that names too little: listed, with why
+            available, note = False, problem.split(": ", 1)[-1]
         rows.append(DatasetRow(name, spec.file_name, spec.formatting, spec.ranking, available, note, holds))
     return rows
 
@@ -195,7 +197,8 @@ def choose(state: WizardState, dataset_dir: Path, names: list[str], listing: lis
         return refused(*problems)
     return Outcome(state.replace(dataset_dir=str(Path(dataset_dir).resolve()), datasets=list(names),
                                  dataset_rows={n: counts[n][0] for n in names if n in counts},
-                                 dataset_chars={n: counts[n][1] for n in names if n in counts}))
+                                 dataset_chars={n: counts[n][1] for n in names if n in counts},
+                                 mixed_in=[]))  # what is chosen here is the user's own choice
 
 
 # ----------------------------------------------------------------------------------------- templated datasets
@@ -274,7 +277,6 @@ def check_custom(path_text: str, *, kind: str = "conversations",
     the file looks like, so each row without both answers is listed."""
     from engine.data import check_file
     from engine.errors import EngineError
-    from engine.jsonio import copy_file_new
 
     kind = "pairs" if ranking else kind
     path = Path(path_text.strip()).expanduser()
