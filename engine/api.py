@@ -134,8 +134,9 @@ def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -
         if load_status_file(run.status_path).state != RunState.PENDING:
             raise EngineError(f"Run folder {run.path} already holds a run. Choose another run id.")
         resolved = _resolve_paths(config, run)
-        made_output = not Path(resolved.output_dir).exists()
+        new_output = not Path(resolved.output_dir).exists()
         locks.append(acquire(resolved.output_dir, run_id=run.run_id, what="output_dir"))
+        made_output = new_output  # only once its lock is ours: a folder another run just made is never cleaned
         # Only checked here: the folder is claimed (and an earlier run's results removed) as training starts
         problem = output_dir_problem(resolved.output_dir, run.run_id, overwrite=resolved.overwrite_output_dir,
                                      resume=bool(resolved.resume_from_checkpoint))

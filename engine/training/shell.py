@@ -87,13 +87,19 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
     plan = StepPlan.build(config, task, strategy)
     stepper = make_stepper(config, task, plan, session, strategy, train_model)
     optimizer, scheduler = stepper.optimizer, stepper.scheduler
-    digests = ckpt.data_digests(task.train_samples, plan.batcher.groups(0), session.rows_digest)
+    # each process takes its share of a step's micro-batches: how many share them is part of the grouping
+    groups = [getattr(strategy, "dp_size", strategy.world_size), plan.batcher.groups(0)]
+    digests = ckpt.data_digests(task.train_samples, groups, session.rows_digest)
 
     # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
     position = Position()
     if resume_from:
         state = ckpt.load_training_state(resume_from, strategy.checkpoint_optimizer(optimizer), scheduler)
         changed = ckpt.resume_note(state, digests, plan.total_steps, resume_from)
+        if "data_digest" not in state:
+            logger.note(f"{resume_from.name} was saved by an earlier version that kept no digest of its data: "
+                        "whether the same samples and batches follow cannot be checked (an upgrade may have changed "
+                        "the val_size rows, truncation or pre-training rows).")
         if changed:
             logger.note(changed)
         position = Position(state["step"], state["epoch"], state["group"])

@@ -182,3 +182,17 @@ def test_two_process_dpo_ends_at_one_epoch_and_stops_through_the_cli(demo_model_
     final = handle.wait(timeout=60)
     assert final.state == "stopped" and final.last_checkpoint
     assert handle.process.wait(timeout=30) == 0
+
+
+@pytest.mark.multiproc
+def test_a_checkpoint_is_not_resumed_by_another_number_of_processes(demo_model_dir, tmp_path):
+    """Each process takes its share of a step's micro-batches, so a data position saved by one process points at
+    other samples for two: refused before a step trains, naming the way on."""
+    config = engine.load_config(write_config(tmp_path, demo_model_dir, max_steps=4, save_steps=2))
+    assert engine.train(config, runs_dir=tmp_path / "runs", run_id="one").status().state == "completed"
+    again = engine.load_config(write_config(tmp_path, demo_model_dir, max_steps=6, save_steps=2,
+                                            resume_from_checkpoint="auto"))
+    handle = engine.train(again, runs_dir=tmp_path / "runs", run_id="two", nproc_per_node=2)
+    status = handle.status()
+    assert status.state == "failed" and "grouped the same samples into other steps" in (status.exit_reason or ""), \
+        status.exit_reason
