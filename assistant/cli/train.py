@@ -116,14 +116,20 @@ def _template_problems(cfg) -> list[str]:
     from engine.models.demo import demo_model_path
 
     folder = Path(cfg.model_name_or_path).expanduser() if cfg.model_name_or_path else demo_model_path()
-    if not folder.is_dir():
+    if not folder.is_dir() or cfg.trust_remote_code:  # a check runs none of a model's own code
         return []
     try:
         model_path = resolve_model_path(cfg)
-        tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
-        resolve_template(cfg, model_path, tokenizer)
+        tokenizer = load_tokenizer(model_path, trust_remote_code=False)
+        template = resolve_template(cfg, model_path, tokenizer)
     except EngineError as exc:
         return [str(exc)]
+    except Exception as exc:  # noqa: BLE001 - a tokenizer transformers cannot read: said, not a traceback
+        return [f"The tokenizer in {folder} cannot be read ({type(exc).__name__}: {str(exc)[:200]}); "
+                "training would stop there too."]
+    if cfg.train_on_prompt and getattr(template, "efficient_eos", False):  # the family's template, when unnamed
+        return [f"Template {template.name!r} cannot train on prompts (its answers share one EOS, as LLaMA-Factory "
+                "refuses too); set train_on_prompt: false."]
     return []
 
 

@@ -44,7 +44,7 @@ def setup(session: Session) -> Task:
         return [{"input_ids": ids, "labels": list(ids)} for ids in rows]
 
     train_samples, eval_samples = session.train_and_eval(session.load_texts, encode,
-                                                         unit=f"rows of up to {config.cutoff_len} tokens",
+                                                         unit=f"rows of up to {block} tokens",
                                                          empty="The text gives no row to train on.")
 
     # 2. The model; 3. the loss: summed next-token cross-entropy, units are trained tokens.

@@ -43,9 +43,11 @@ def setup(session: Session) -> Task:
             session.logger.note(f"{len(samples.dropped)} row(s) dropped: no answer token fits in cutoff_len "
                                 f"{config.cutoff_len} (first: {samples.dropped[0]}).")
         if samples.truncated:
-            session.logger.note(f"{samples.truncated} of {len(samples)} row(s) are longer than cutoff_len "
-                                f"{config.cutoff_len} tokens and were cut, their answers with them: raise cutoff_len, "
-                                "or shorten those rows (`lf-assistant data preview` shows the longest).")
+            limit = f"{cutoff_len} tokens" + (f" (cutoff_len {config.cutoff_len} less one, as packing has it)"
+                                              if cutoff_len != config.cutoff_len else "")
+            session.logger.note(f"{samples.truncated} of {len(samples)} row(s) are longer than {limit} and were cut, "
+                                "their answers with them: raise cutoff_len, or shorten those rows "
+                                "(`lf-assistant data preview` shows the longest).")
         return samples
 
     held_out = None if config.eval_dataset else session.record_held_out

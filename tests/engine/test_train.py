@@ -164,7 +164,7 @@ def test_rows_cut_at_cutoff_len_are_named_before_training(demo_model_dir, tmp_pa
                           runs_dir=tmp_path / "runs")
     assert handle.status().state == "completed"
     notes = " ".join(handle.status().notes)
-    assert "of 32 row(s) are longer than cutoff_len 24 tokens and were cut" in notes, notes
+    assert "of 32 row(s) are longer than 24 tokens and were cut" in notes, notes
     short = engine.train(tiny_config(demo_model_dir, tmp_path, output_dir=str(tmp_path / "b"), max_steps=1,
                                      cutoff_len=512), runs_dir=tmp_path / "runs")
     assert "longer than cutoff_len" not in " ".join(short.status().notes)

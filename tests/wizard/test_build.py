@@ -169,6 +169,11 @@ def test_small_dataset_advice_proposes_a_fix_that_works(ready, skill, workspace)
     assert fixed.mixed_in == ["alpaca_demo"]
     reasons = {key: reason for key, _value, reason in build._changes(fixed, skill, {})}
     assert reasons["dataset"] == "data chosen in stage 1, with alpaca_demo mixed in by the small-data fix (f)"
+    # choosing the same datasets on the data stage makes them the user's own choice
+    rows = {row.name: row for row in data.list_datasets(workspace / "data")}
+    counts = {name: data.count_rows(workspace / "data", name) for name in ("identity", "alpaca_demo")}
+    chosen = data.choose(fixed, workspace / "data", ["identity", "alpaca_demo"], list(rows.values()), counts).state
+    assert chosen.mixed_in == []
 
 
 def test_qlora_and_full_pick_their_own_example(workspace, skill, demo_model_dir):

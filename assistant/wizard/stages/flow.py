@@ -50,7 +50,7 @@ def apply(state: WizardState, skill: Skill, answers: Mapping[str, str]) -> Outco
                           suggestions={} if str(example) != state.example else new.suggestions)
     if workflow_changed and state.datasets:
         # SFT rows and preference pairs are not interchangeable: the data stage is chosen again.
-        new = new.replace(datasets=[], dataset_rows={}, dataset_chars={},
+        new = new.replace(datasets=[], dataset_rows={}, dataset_chars={}, mixed_in=[],
                           done=[s for s in new.done if s != "data"])
         notes.append(t("flow.workflow_changed"))
     return Outcome(new, notes=notes)
