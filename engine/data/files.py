@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.data.rows import SUFFIX_KINDS, FileKind, RowIssue, RowsRead  # noqa: F401 - this module's readers' types
+from engine.data.rows import SUFFIX_KINDS, FileKind, RowIssue, RowsRead, duplicate_message  # noqa: F401 - this module's readers' types
 from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
 from engine.errors import DataError
 from engine.jsonio import write_text_atomic
@@ -161,7 +161,7 @@ def _read_json_object(path: Path, text: str) -> RowsRead:
             for number, row in enumerate(rows, start=1):
                 result.add(row, None, [])
             if reader.duplicates:
-                result.issues.append(RowIssue(None, None, reader.duplicates[0], _duplicate_message(reader.duplicates)))
+                result.issues.append(RowIssue(None, None, reader.duplicates[0], duplicate_message(reader.duplicates)))
             return result
     raise DataError(f"{path} holds a single JSON object; a dataset is a list of rows: [{{...}}, {{...}}]. "
                     "Wrap the rows in [ ] (or write one object per line in a .jsonl file).")

@@ -48,7 +48,7 @@ class RowsRead:
         number = len(self.rows) + 1
         if duplicates:
             self.issues.append(RowIssue(number, line, escape_control(duplicates[0], keep_layout=False),
-                                        _duplicate_message(duplicates)))
+                                        duplicate_message(duplicates)))
         bad = find_bad_text(row)
         if bad is not None:
             field_path, text, position = bad
@@ -58,7 +58,8 @@ class RowsRead:
         self.lines.append(line)
 
 
-def _duplicate_message(keys: list[str]) -> str:
+def duplicate_message(keys: list[str]) -> str:
+    """What a row (or a file of columns) with keys given twice is told."""
     names = ", ".join(shorten(key, 40) for key in keys[:3]) + (" ..." if len(keys) > 3 else "")
     return (f"duplicate key {names}: JSON keeps only the last value and drops the others silently. Keep one "
             "of them (rename or merge the values).")

@@ -225,3 +225,12 @@ def test_an_openai_tool_calling_file_checks_as_formatting_openai_and_trains_so(t
     convert_file(source, tmp_path / "fixed.json")
     fixed = json.loads((tmp_path / "fixed.json").read_text())
     assert fixed[0]["conversations"][2]["value"] == "3 C\n</tool_response>\n<tool_response>\n4 C"
+
+
+def test_a_file_of_columns_with_a_key_given_twice_is_a_problem_not_a_crash(tmp_path):
+    """{"instruction": [...], "instruction": [...], "output": [...]}: JSON keeps the last list; the check says so
+    (it stopped on a NameError)."""
+    path = tmp_path / "cols.json"
+    path.write_text('{"instruction": ["a", "b"], "instruction": ["c", "d"], "output": ["x", "y"]}')
+    report = check_file(path)
+    assert any("duplicate key 'instruction'" in p.message for p in report.errors), report.problems
