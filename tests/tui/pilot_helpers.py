@@ -75,3 +75,16 @@ async def walk_to(pilot, app, name: str) -> None:
             await wait_until(pilot, lambda: app.device_report is not None, what="devices")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: type(app.screen).__name__ != current, what=f"leaving {current}")
+
+
+def answer_preflight_at_once(monkeypatch, *, micro_batch: int = 1) -> None:
+    """The pre-flight measures at once, with fixed figures (its real measurement is tested in test_one_key.py)."""
+    import engine.api
+    from engine.measurement import Measurement
+
+    def measure_steps(config, **_kwargs):
+        return Measurement(device="cpu", micro_batch=micro_batch, grad_accum=1, steps_timed=3, step_s=0.4,
+                           tokens_per_s=900.0, startup_s=6.0, peak_bytes=700 * 2**20, limit_bytes=16 * 2**30,
+                           total_steps=20, predicted_s=14.0, fits=True)
+
+    monkeypatch.setattr(engine.api, "measure_steps", measure_steps)

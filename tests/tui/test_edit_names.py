@@ -3,21 +3,13 @@ list (Space toggles, Enter sets, Esc cancels) or typing them; the names that sta
 others. Keys that take one value keep their single choice or text field."""
 
 import pytest
-from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until, walk_to
+from pilot_helpers import SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to
 
 
 @pytest.fixture(autouse=True)
 def fixed_preflight(monkeypatch):
     """The pre-flight's real measurement is tested in test_one_key.py; here it answers at once."""
-    import engine.api
-    from engine.measurement import Measurement
-
-    def measure_steps(config, **_kwargs):
-        return Measurement(device="cpu", micro_batch=1, grad_accum=1, steps_timed=3, step_s=0.4, tokens_per_s=900.0,
-                           startup_s=6.0, peak_bytes=700 * 2**20, limit_bytes=16 * 2**30, total_steps=20,
-                           predicted_s=14.0, fits=True)
-
-    monkeypatch.setattr(engine.api, "measure_steps", measure_steps)
+    answer_preflight_at_once(monkeypatch, micro_batch=1)
 
 
 async def _to_config(pilot, app) -> None:

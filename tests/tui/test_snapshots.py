@@ -6,20 +6,12 @@ figures (the real measurement is tested in test_one_key.py) and the toasts, whic
 
 import pytest
 
-from pilot_helpers import FIXED_TIME, busy_gpus, make_app, on_screen, wait_until
+from pilot_helpers import FIXED_TIME, answer_preflight_at_once, busy_gpus, make_app, on_screen, wait_until
 
 
 @pytest.fixture(autouse=True)
 def fixed_preflight(monkeypatch):
-    import engine.api
-    from engine.measurement import Measurement
-
-    def measure_steps(config, **_kwargs):
-        return Measurement(device="cpu", micro_batch=2, grad_accum=1, steps_timed=3, step_s=0.4, tokens_per_s=900.0,
-                           startup_s=6.0, peak_bytes=700 * 2**20, limit_bytes=16 * 2**30, total_steps=20,
-                           predicted_s=14.0, fits=True)
-
-    monkeypatch.setattr(engine.api, "measure_steps", measure_steps)
+    answer_preflight_at_once(monkeypatch, micro_batch=2)
 
 
 def _app(workspace, **kwargs):
