@@ -112,6 +112,36 @@ def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *,
     return data
 
 
+_ANNOTATION_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "bool": bool, "int": int,
+                                                         "float": (int, float), "dict": dict, "list": list,
+                                                         "Any": object}
+
+
+def fits_annotation(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a dataclass field's annotation, as a string under postponed evaluation
+    ("str | None", "list[dict]", "dict[str, float]" ...); true is no number here. An unknown name fits anything."""
+    for option in (part.strip() for part in annotation.split("|")):
+        if option == "None":
+            if value is None:
+                return True
+            continue
+        outer, _, inner = option.partition("[")
+        inner = inner[:-1]
+        kinds = _ANNOTATION_KINDS.get(outer, object)
+        if isinstance(value, bool) and outer not in ("bool", "Any"):
+            continue  # true is an int to isinstance, never a count or a name here
+        if not isinstance(value, kinds):
+            continue
+        if outer == "list" and inner and not all(fits_annotation(item, inner) for item in value):
+            continue
+        if outer == "dict" and inner:
+            item_type = inner.split(",", 1)[1].strip()
+            if not all(isinstance(key, str) and fits_annotation(item, item_type) for key, item in value.items()):
+                continue
+        return True
+    return False
+
+
 def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> None:
     """Write through a temp file in the same folder, then os.replace: readers see the old file or the new one.
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.jsonio import fits_annotation
 
 STAGES = ("sft", "pt", "rm", "dpo", "kto")
 """The training stages a run can be (each has a recipe, engine.recipes); a status naming another is not read."""
@@ -188,8 +189,9 @@ class RunStatus:
             elif f.name == "stage":  # it names a config file and a module to run: only a stage there is
                 if value in STAGES:
                     values["stage"] = value
-            elif _fits(value, f.type) and _plausible(f.name, value):
-                values[f.name] = value
+            elif fits_annotation(value, f.type) and _plausible(f.name, value) and (
+                    not isinstance(value, dict) or all(_plausible("", item) for item in value.values())):
+                values[f.name] = value  # final_metrics: finite numbers the summaries format
         return cls(**values)
 
 
@@ -208,30 +210,6 @@ def _plausible(name: str, value: Any) -> bool:
         return 0 <= value < _LATEST_SECONDS
     if name in ("step", "total_steps", "world_size", "num_input_tokens_seen", "num_trained_tokens", "epoch"):
         return value >= 0
-    return True
-
-
-def _fits(value: Any, annotation: str) -> bool:
-    """Whether a JSON value fits a field's annotation (the annotations are strings under postponed evaluation)."""
-    if value is None:
-        return "None" in annotation
-    if "list[str]" in annotation:  # notes, command: text the CLI and the TUI print
-        return isinstance(value, list) and all(isinstance(item, str) for item in value)
-    if "dict[str, float]" in annotation:  # final_metrics: numbers the summaries format
-        return isinstance(value, dict) and all(_fits(item, "float") and _plausible("", item)
-                                               for item in value.values())
-    if "list" in annotation:
-        return isinstance(value, list)
-    if "dict" in annotation:
-        return isinstance(value, dict)
-    if isinstance(value, bool):
-        return False
-    if annotation.startswith("int"):
-        return isinstance(value, int)
-    if annotation.startswith("float"):
-        return isinstance(value, (int, float))
-    if annotation.startswith("str"):
-        return isinstance(value, str)
     return True
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.jsonio import kind_words, read_record
+from engine.jsonio import fits_annotation, kind_words, read_record
 from engine.rundir import new_run_id, runs_root, write_json_atomic
 
 STATE_FILE = "state.json"
@@ -133,7 +133,7 @@ class WizardState:
         values = {k: v for k, v in data.items() if k in fields}
         for name, value in values.items():
             annotation = str(fields[name].type)
-            if not _fits(value, annotation):
+            if not fits_annotation(value, annotation):
                 raise ConfigError(f"{source}: the answer {name!r} must be {_words(annotation)}, not "
                                   f"{_found(value, annotation)}; the file is damaged. Start a new run (the old folder "
                                   "is left as it is).")
@@ -141,34 +141,6 @@ class WizardState:
 
     def replace(self, **changes: Any) -> WizardState:
         return dataclasses.replace(self, **changes)
-
-
-_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "bool": bool, "int": int, "float": (int, float),
-                                              "dict": dict, "list": list, "Any": object}
-
-
-def _fits(value: Any, annotation: str) -> bool:
-    """Whether a JSON value fits a field's annotation ("str | None", "list[dict]", "dict[str, float]" ...)."""
-    for option in (part.strip() for part in annotation.split("|")):
-        if option == "None":
-            if value is None:
-                return True
-            continue
-        outer, _, inner = option.partition("[")
-        inner = inner[:-1]
-        kinds = _KINDS.get(outer, object)
-        if isinstance(value, bool) and outer not in ("bool", "Any"):
-            continue  # true is an int to isinstance, never a count or a name here
-        if not isinstance(value, kinds):
-            continue
-        if outer == "list" and inner and not all(_fits(item, inner) for item in value):
-            continue
-        if outer == "dict" and inner:
-            item_type = inner.split(",", 1)[1].strip()
-            if not all(isinstance(key, str) and _fits(item, item_type) for key, item in value.items()):
-                continue
-        return True
-    return False
 
 
 def _words(annotation: str) -> str:
@@ -191,12 +163,12 @@ def _words(annotation: str) -> str:
 
 def _found(value: Any, annotation: str) -> str:
     """What a value that did not fit is, in words: "text", or "a list holding a number" when only its items are off."""
-    outer_fits = _fits(value, re.sub(r"\[.*?\]+", "", annotation))
+    outer_fits = fits_annotation(value, re.sub(r"\[.*?\]+", "", annotation))
     items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else []
     if not outer_fits or not items:
         return kind_words(value)
     item_type = annotation.partition("[")[2].split("]")[0].split(",", 1)[-1].strip()
-    odd = next((item for item in items if not _fits(item, item_type)), items[0])
+    odd = next((item for item in items if not fits_annotation(item, item_type)), items[0])
     return f"{kind_words(value)} holding {kind_words(odd)}"
 
 
