@@ -103,10 +103,12 @@ def trained_positions(labels: list[int]) -> int:
     return sum(1 for label in labels[1:] if label != -100)
 
 
-def matmul_peak(threads: int, *, seconds: float = 1.5, sizes: tuple[int, ...] = (512, 1024, 2048)) -> float:
-    """The best fp32 matmul FLOP/s torch reaches here at ``threads`` threads (square GEMMs, best of the sizes).
-    Runs in a fresh process so that the thread count is the one the contenders get (OMP reads it at start)."""
-    return _in_fresh_process(f"_peak_here({threads}, {seconds}, {sizes!r})", threads)
+def matmul_peak(threads: int, *, seconds: float = 1.5, sizes: tuple[int, ...] = (512, 1024, 2048),
+                dtype: str = "float32") -> float:
+    """The best matmul FLOP/s torch reaches here at ``threads`` threads in ``dtype`` (square GEMMs, best of the
+    sizes). Runs in a fresh process so that the thread count is the one the contenders get (OMP reads it at
+    start)."""
+    return _in_fresh_process(f"_peak_here({threads}, {seconds}, {sizes!r}, {dtype!r})", threads)
 
 
 def _in_fresh_process(call: str, threads: int) -> float:
@@ -218,13 +220,14 @@ def device_matmul_peak(device: str, dtype: str = "bfloat16", *, size: int = 8192
     return 2 * size ** 3 / best
 
 
-def _peak_here(threads: int, seconds: float, sizes: tuple[int, ...]) -> float:
+def _peak_here(threads: int, seconds: float, sizes: tuple[int, ...], dtype: str = "float32") -> float:
     import torch
 
     torch.set_num_threads(threads)
+    kind = getattr(torch, dtype)
     best = 0.0
     for n in sizes:
-        a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+        a, b, out = (torch.randn(n, n, dtype=kind) for _ in range(3))
         torch.mm(a, b, out=out)  # warm the kernels and the pages
         calls = 0
         start = time.perf_counter()

@@ -7,8 +7,8 @@ Same model (default the tiny demo model; a folder or a downloaded registry id, s
 encoded samples, same LoRA settings, batch, steps and learning rate. Each contender runs in its own process so
 peak RSS is its own; rounds are interleaved and the best of ``--repeats`` is kept. Prints real (non-padding)
 input tokens per second, the ratio to HF Trainer, the model FLOP/s those tokens need (benchmarks/flops.py) and
-their share of the device's peak: on CPU a fp32 matmul at the same thread count, on a GPU a matmul in the
-training dtype (bf16 with ``--bf16``), both measured in the same run. On a GPU that share is the MFU.
+their share of the device's peak: a matmul in the training dtype (bf16 with ``--bf16``, on a GPU or a CPU with bf16
+units), on CPU at the same thread count, measured in the same run. On a GPU that share is the MFU.
 
 ``--strategy padded,packed`` runs our engine once per batching strategy, in the same interleaved rounds (packed
 against padded batching measured side by side, e.g. on a GPU where it has not been measured yet).
@@ -87,7 +87,7 @@ def run_hf(job: dict) -> dict:
 
     tokenizer, samples = encoded_samples(job["model"], job["dataset"])
     cpu = job["device"] == "cpu"
-    # fp32 master weights; with --bf16 the Trainer autocasts (our engine loads the checkpoint's dtype and does too)
+    # fp32 master weights; with --bf16 the Trainer autocasts (our engine loads the weights in bf16 and does too)
     model = AutoModelForCausalLM.from_pretrained(job["model"], dtype=torch.float32).to(job["device"])
     model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_rank"], lora_dropout=0.0,
                                              lora_alpha=SETTINGS["lora_alpha"], target_modules="all-linear"))
@@ -95,7 +95,7 @@ def run_hf(job: dict) -> dict:
         output_dir=str(Path(job["workdir"]) / "hf"), per_device_train_batch_size=SETTINGS["batch"],
         gradient_accumulation_steps=SETTINGS["grad_accum"], learning_rate=SETTINGS["lr"], max_steps=job["steps"],
         lr_scheduler_type="cosine", logging_steps=log_every(job["steps"]), save_strategy="no", report_to="none",
-        use_cpu=cpu, bf16=bool(job["bf16"]) and not cpu, seed=SETTINGS["seed"], disable_tqdm=True,
+        use_cpu=cpu, bf16=bool(job["bf16"]), seed=SETTINGS["seed"], disable_tqdm=True,
         include_num_input_tokens_seen="non_padding", dataloader_num_workers=0, remove_unused_columns=False)
     trainer = Trainer(model=model, args=args, train_dataset=samples,
                       data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100))
@@ -165,7 +165,8 @@ def device_peak(device: str, bf16: bool, threads: int) -> tuple[float, str]:
     from flops import device_matmul_peak, matmul_peak
 
     if device == "cpu":
-        return matmul_peak(threads), f"fp32 matmul at {threads} thread(s)"
+        dtype = "bfloat16" if bf16 else "float32"
+        return matmul_peak(threads, dtype=dtype), f"{'bf16' if bf16 else 'fp32'} matmul at {threads} thread(s)"
     return device_matmul_peak(device, "bfloat16" if bf16 else "float32"), f"{'bf16' if bf16 else 'fp32'} matmul"
 
 
@@ -182,7 +183,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--strategy", default="padded", type=strategy_list, help="our batching strategy "
                         "(padded, packed, ...), or several, comma-separated: one row each")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU: both contenders train there)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU); fp32 without")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (a GPU, or a CPU with bf16 units); "
+                        "fp32 without")
     parser.add_argument("--kernels", help="also run ours with this kernel_config (e.g. auto)")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -192,9 +194,11 @@ def parse_args() -> argparse.Namespace:
 def check_device(args: argparse.Namespace) -> None:
     """Refuse, with what to do, a device this machine lacks, before anything is built or measured."""
     if args.device == "cpu":
-        if args.bf16:  # both would silently train in fp32 on the CPU
-            raise SystemExit("--bf16 needs --device cuda and a GPU; on the CPU every contender trains in fp32 "
-                             "(leave out --bf16).")
+        from engine.devices import cpu_bf16_units
+
+        if args.bf16 and not cpu_bf16_units():  # our engine would train in fp32 there, the Trainer in slow bf16
+            raise SystemExit("--bf16 on the CPU needs bf16 units (AMX-BF16 or AVX512-BF16), which this CPU lacks; "
+                             "leave out --bf16 (fp32), or run with --device cuda on a GPU.")
         return
     import torch
 

@@ -141,6 +141,66 @@ def test_no_tools_at_all(tmp_path):
     assert (report.platform, report.tool, report.notes) == ("cpu", "none", [])
 
 
+CPUINFO = """processor\t: 0
+model name\t: Some CPU
+flags\t\t: fpu sse sse2 avx2 {extra}
+bugs\t\t: spectre_v1
+
+processor\t: 1
+flags\t\t: fpu sse sse2 avx2 {extra}
+"""
+
+
+@pytest.mark.parametrize("extra, units", [
+    ("avx512f avx512_bf16 amx_tile amx_bf16 amx_int8", "AMX-BF16"),
+    ("avx512f avx512_bf16", "AVX512-BF16"),
+    ("avx512f avx512_vnni", None),  # AVX-512 alone emulates bf16, slower than fp32
+    ("", None),
+])
+def test_cpu_bf16_units_read_from_the_cpu_flags(extra, units):
+    from engine.devices import cpu_bf16_units
+
+    assert cpu_bf16_units(CPUINFO.format(extra=extra)) == units
+    assert cpu_bf16_units("model name : amx_bf16 in a name is not a flag") is None
+
+
+def test_a_cpu_report_names_the_cpus_bf16_units(tmp_path, monkeypatch):
+    from engine import devices
+
+    monkeypatch.setattr(devices, "cpu_bf16_units", lambda: "AMX-BF16")
+    report = detect_devices(env={"PATH": str(tmp_path)}, probe_torch=False)
+    assert report.cpu_bf16 == "AMX-BF16" and report.to_dict()["cpu_bf16"] == "AMX-BF16"
+
+
+def test_precision_follows_the_device_and_says_why_it_differs(monkeypatch):
+    import torch
+
+    from engine.config import TrainConfig
+    from engine.training import setup
+
+    def precision(units, **keys):
+        monkeypatch.setattr(setup, "cpu_bf16_units", lambda: units)
+        return setup.choose_precision(TrainConfig(model_name_or_path="m", **keys))
+
+    assert (precision(None).autocast_dtype, precision(None).note, precision(None).load_dtype) == (None, None, "float32")
+    fallback = precision(None, bf16=True)
+    assert fallback.autocast_dtype is None and "no bf16 units" in fallback.note and "fp32" in fallback.note
+    units = precision("AMX-BF16", bf16=True)
+    assert (units.device.type, units.autocast_dtype, units.note, units.load_dtype) == (
+        "cpu", torch.bfloat16, None, "bfloat16")
+    half = precision("AMX-BF16", fp16=True)  # fp16 has no CPU training path, units or not
+    assert half.autocast_dtype is None and half.note.startswith("fp16 was requested")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    old_gpu = precision(None, bf16=True)
+    assert old_gpu.autocast_dtype == torch.float16 and "no bf16 support" in old_gpu.note
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    gpu = precision(None, bf16=True)
+    assert (gpu.device.type, gpu.autocast_dtype, gpu.note, gpu.load_dtype) == ("cuda", torch.bfloat16, None, "auto")
+    assert precision(None, fp16=True).autocast_dtype == torch.float16
+
+
 def test_torch_fallback(tmp_path, monkeypatch):
     import torch
 

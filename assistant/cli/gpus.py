@@ -10,10 +10,14 @@ from rich.console import Console
 from assistant.cli.common import safe
 
 CPU_SPEED_NOTE = (
-    "Training runs on the CPU, in fp32 (bf16 on a CPU without bf16 units is 10-20x slower). How fast depends on "
-    "the model and this machine's load: the wizard's pre-flight times a few real steps of your config before it "
-    "starts (the README gives measured figures for the demo model and SmolLM2-135M on 2 cores)."
+    "Training runs on the CPU{precision}. How fast depends on the model and this machine's load: the wizard's "
+    "pre-flight times a few real steps of your config before it starts (the README gives measured figures for "
+    "the demo model and SmolLM2-135M on 2 cores)."
 )
+CPU_PRECISION = {
+    False: ", in fp32 (this CPU has no bf16 units, where bf16 trains 10-20x slower)",
+    True: "; it has {units} units, so a config with bf16: true trains in bf16, several times faster than fp32",
+}
 
 
 def gpus(
@@ -42,7 +46,8 @@ def gpus(
         console.print(f"[dim]note: {safe(note)}[/dim]", highlight=False)
     console.print(safe(advice.message), style="bold green" if advice.kind == "single" else "bold")
     if advice.kind == "cpu":
-        console.print(CPU_SPEED_NOTE, style="dim")
+        precision = CPU_PRECISION[bool(report.cpu_bf16)].format(units=report.cpu_bf16)
+        console.print(CPU_SPEED_NOTE.format(precision=precision), style="dim")
 
 
 def _print_gpu_table(console: Console, report) -> None:

@@ -128,6 +128,8 @@ GPUS = _fields(
     ("gpus", "array of GPU", "Every GPU found."),
     ("tool", "string", "The tool that answered: amd-smi, rocm-smi, nvidia-smi, torch or none."),
     ("notes", "array of string", "Why earlier tools gave no answer."),
+    ("cpu_bf16", "string|null", "With no GPU: the CPU's bf16 units (AMX-BF16 or AVX512-BF16), where bf16: true "
+                                "trains in bf16; null when it has none (bf16 then trains in fp32)."),
     ("free", "array of integer", "Indices of the free GPUs."),
     ("advice", "object", "{kind, candidates, message}: kind is single (use candidates[0]), ask_single_or_multi, "
                          "ask_none_free (wait, share or pick: ask the user) or cpu."),

@@ -87,9 +87,11 @@ def model_location(state: WizardState) -> str:
 def _device_changes(state: WizardState, values: dict) -> list[tuple[str, Any, str]]:
     changes = []
     on_cpu = not state.device or state.device.get("platform") == "cpu"
-    if on_cpu and (values.get("bf16") or values.get("fp16")):
-        key = "bf16" if values.get("bf16") else "fp16"
-        changes.append((key, False, t("reason.cpu_precision")))
+    units = (state.device or {}).get("bf16_units")
+    if on_cpu and values.get("fp16"):
+        changes.append(("fp16", False, t("reason.cpu_precision")))
+    elif on_cpu and values.get("bf16") and not units:
+        changes.append(("bf16", False, t("reason.cpu_precision")))
     multi = bool(state.device) and len(state.device.get("indices", [])) > 1
     if values.get("deepspeed") and not multi:
         changes.append(("deepspeed", None, t("reason.no_deepspeed")))

@@ -30,7 +30,6 @@ _SINGLE_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model", "tokenizer.tiktoken")
 _ANNOUNCED_CODE: set[str] = set()
-CPU_HALF_PRECISION_NOTE = "{kind} on this CPU trains 10-20x slower; training in fp32"
 
 
 def hub_offline() -> bool:
@@ -304,23 +303,6 @@ class _FreshScoreHead(logging.Filter):
         expected = [len(r) > 1 and any(r[0].startswith(k) and status in r[1] for k, status in self.EXPECTED)
                     for r in rows]
         return not (rows and all(expected))
-
-
-def choose_dtype(requested_bf16: bool, requested_fp16: bool, device: str) -> tuple[torch.dtype, str | None]:
-    """Compute dtype for training, and a sentence when it differs from what was asked."""
-    import torch
-
-    if requested_bf16 and requested_fp16:
-        raise ConfigError("bf16 and fp16 are both true; keep one (bf16 on GPUs that support it, else fp16).")
-    kind = "bf16" if requested_bf16 else "fp16" if requested_fp16 else None
-    if device.startswith("cpu"):
-        # Measured on AVX2 CPUs without bf16 units: bf16 training 10-20x slower than fp32, fp16 ~100x on matmuls.
-        return torch.float32, (CPU_HALF_PRECISION_NOTE.format(kind=kind) if kind else None)
-    if requested_bf16 and device.startswith("cuda") and not torch.cuda.is_bf16_supported():
-        return torch.float16, "this GPU has no bf16 support (before Ampere); training in fp16 instead"
-    if kind is None:
-        return torch.float32, None
-    return (torch.bfloat16 if requested_bf16 else torch.float16), None
 
 
 def _torch_dtype(dtype: DtypeName, device: str):

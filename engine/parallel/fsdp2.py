@@ -76,7 +76,8 @@ class FSDP2Strategy(DataParallelBase):
 
 
 def mixed_precision_policy(config, device: torch.device):
-    """bf16/fp16 compute with fp32 gradient reduction on GPU; full fp32 elsewhere (bf16 on this CPU is 10x slower)."""
+    """bf16/fp16 compute with fp32 gradient reduction on GPU. On a CPU the parameters stay as loaded: fp32, or
+    with bf16 units under bf16 autocast a bf16 frozen base with fp32 trainables (engine.training.setup)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if device.type != "cuda" or not (config.bf16 or config.fp16):

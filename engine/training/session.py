@@ -211,7 +211,7 @@ class Session:
         from engine.models.options import LoadOptions, resize_embeddings
 
         config, notes = self.config, []
-        model = load_model(self.model_path, dtype="float32" if self.precision.autocast_dtype is None else "auto",
+        model = load_model(self.model_path, dtype=self.precision.load_dtype,
                            device=str(self.device), trust_remote_code=config.trust_remote_code,
                            quantization_bit=config.quantization_bit, head=head,
                            options=LoadOptions.from_config(config), notes=notes)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from engine.config import TrainConfig
+from engine.devices import cpu_bf16_units
 from engine.models.resolve import resolve_model_path, resolve_template  # noqa: F401 - the recipes' names
 
 
@@ -28,22 +29,38 @@ class Precision:
     autocast_dtype: torch.dtype | None  # None: plain fp32
     note: str | None  # why the precision differs from what the config asked
 
+    @property
+    def load_dtype(self) -> str:
+        """The dtype the base loads in: fp32 for fp32 training; under autocast the checkpoint's own on a GPU, and
+        bf16 on a CPU (its frozen weights then feed the bf16 units without a cast at every product)."""
+        if self.autocast_dtype is None:
+            return "float32"
+        return "bfloat16" if self.device.type == "cpu" else "auto"
+
 
 def choose_precision(config: TrainConfig) -> Precision:
-    """fp32 on CPU (bf16 there trains 10-20x slower on CPUs without bf16 units); autocast on GPU as asked."""
+    """The device and the autocast dtype a run trains at, and a sentence when they differ from what was asked.
+
+    GPU: bf16 or fp16 autocast as asked (fp16 on a GPU without bf16, before Ampere). CPU: bf16 autocast when
+    the CPU has bf16 matrix units (AMX-BF16, AVX512-BF16: several times the fp32 rate of its products), else
+    fp32, because emulated bf16 and fp16 train 10-20x slower than fp32 there."""
+    kind = "bf16" if config.bf16 else "fp16" if config.fp16 else None
     if torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
-        if config.bf16:
-            return Precision(device, torch.bfloat16, None)
-        if config.fp16:
-            return Precision(device, torch.float16, None)
-        return Precision(device, None, None)
+        if config.bf16 and not torch.cuda.is_bf16_supported():
+            return Precision(device, torch.float16, "bf16 was requested but this GPU has no bf16 support (before "
+                                                    "Ampere): training in fp16 instead.")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(kind or "")
+        return Precision(device, dtype, None)
+    device = torch.device("cpu")
+    if kind == "bf16" and cpu_bf16_units():
+        return Precision(device, torch.bfloat16, None)
     note = None
-    if config.bf16 or config.fp16:
-        kind = "bf16" if config.bf16 else "fp16"
-        note = (f"{kind} was requested but this machine has no GPU: training in fp32 instead "
-                f"({kind} on this CPU trains 10-20x slower).")
-    return Precision(torch.device("cpu"), None, note)
+    if kind:
+        units = "has no bf16 units (AMX-BF16 or AVX512-BF16)" if kind == "bf16" else "has no fp16 training path"
+        note = (f"{kind} was requested but this machine has no GPU and its CPU {units}: training in fp32 instead "
+                f"({kind} there trains 10-20x slower).")
+    return Precision(device, None, note)
 
 
 def save_tokenizer_with_template(tokenizer, template, out_dir: Path) -> None:

@@ -123,6 +123,16 @@ def test_gpus_table_fits_and_json_is_valid(fake_nvidia):
     assert list(data["gpus"][0]) == [f.name for f in jsonout.GPU]
 
 
+def test_gpus_on_a_cpu_says_which_precision_bf16_trains_in(tmp_path, monkeypatch):
+    for units, said in ((None, "in fp32 (this CPU has no bf16 units"), ("AMX-BF16", "it has AMX-BF16 units")):
+        monkeypatch.setattr("engine.devices.cpu_bf16_units", lambda: units)
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+        result = invoke("gpus", env={"PATH": str(tmp_path)})
+        assert result.exit_code == 0 and said in " ".join(result.output.split()), result.output
+        data = json.loads(invoke("gpus", "--json", env={"PATH": str(tmp_path)}).output)
+        assert data["platform"] == "cpu" and data["cpu_bf16"] == units
+
+
 def test_data_check_table_fits_and_json_lists_every_problem(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"instruction": "a", "output": ""}, {"instruction": 3, "output": "x"},

@@ -132,8 +132,10 @@ def test_detached_run_writes_reward_metrics(demo_model_dir, tmp_path):
     assert "rewards/accuracies" in train_rows(handle)[-1]
 
 
-def test_llamafactory_dpo_example_runs_on_the_demo_model(lf_reference, demo_model_dir, tmp_path):
-    """LF's own qwen3_lora_dpo.yaml on its sharegpt dpo_en_demo, shortened: bf16 falls back to fp32 with a note."""
+def test_llamafactory_dpo_example_runs_on_the_demo_model(lf_reference, demo_model_dir, tmp_path, monkeypatch):
+    """LF's own qwen3_lora_dpo.yaml on its sharegpt dpo_en_demo, shortened: on a CPU without bf16 units its bf16
+    falls back to fp32 with a note."""
+    monkeypatch.setattr("engine.training.setup.cpu_bf16_units", lambda: None)
     example = lf_reference / "examples" / "train_lora" / "qwen3_lora_dpo.yaml"
     config = engine.load_config(example, f"model_name_or_path={demo_model_dir}",
                                 f"dataset_dir={lf_reference / 'data'}", "max_steps=2", "gradient_accumulation_steps=2",

@@ -115,12 +115,33 @@ def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path, method):
         torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-5)
 
 
-def test_bf16_on_cpu_trains_fp32_and_says_so(demo_model_dir, tmp_path):
+def test_bf16_on_a_cpu_without_bf16_units_trains_fp32_and_says_so(demo_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr("engine.training.setup.cpu_bf16_units", lambda: None)
     handle = engine.train(tiny_config(demo_model_dir, tmp_path, bf16=True, max_steps=2), runs_dir=tmp_path / "runs")
     status = handle.status()
     assert status.state == "completed"
-    assert any("fp32" in note for note in (status.notes or []))
+    assert any("fp32" in note and "no bf16 units" in note for note in (status.notes or []))
     assert "NOTE" in handle.run.log_path.read_text()
+    assert "precision torch.float32" in handle.run.log_path.read_text()
+
+
+def test_bf16_on_a_cpu_with_bf16_units_trains_in_bf16_close_to_fp32(demo_model_dir, tmp_path, monkeypatch):
+    """With AMX-BF16 (stood in for: oneDNN emulates bf16 on a CPU without it) bf16: true trains under bf16
+    autocast, the adapters in fp32: it learns, and its losses stay near the fp32 run's without equalling them."""
+    monkeypatch.setattr("engine.training.setup.cpu_bf16_units", lambda: "AMX-BF16")
+    runs = {}
+    for bf16 in (False, True):
+        handle = engine.train(tiny_config(demo_model_dir, tmp_path / str(bf16), bf16=bf16), runs_dir=tmp_path / "runs")
+        assert handle.status().state == "completed", handle.status()
+        runs[bf16] = handle
+    log = runs[True].run.log_path.read_text()
+    assert "precision torch.bfloat16" in log and not any("fp32" in note for note in runs[True].status().notes)
+    half, full = losses(runs[True]), losses(runs[False])
+    assert half[-1] < half[0] * 0.9, half
+    assert half != full and half == pytest.approx(full, rel=0.05), (half, full)
+    adapter = load_file(Path(runs[True].status().output_dir) / "adapter_model.safetensors")
+    assert all(tensor.dtype == torch.float32 for tensor in adapter.values())
+    assert any("lora_B" in key and tensor.abs().sum() > 0 for key, tensor in adapter.items())  # B starts at zero
 
 
 def test_head_on_trained_positions_gives_the_full_loss_and_gradients(demo_model_dir):

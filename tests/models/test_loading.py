@@ -10,7 +10,7 @@ import torch
 
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.models import loading
-from engine.models.loading import choose_dtype, load_model, load_tokenizer
+from engine.models.loading import load_model, load_tokenizer
 
 
 def _copy(src: Path, dst: Path, *, drop: tuple[str, ...] = ()) -> Path:
@@ -165,21 +165,6 @@ def test_adapter_folder_points_at_its_base(demo_model_dir, tmp_path):
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(demo_model_dir / name, folder / name)
     assert load_tokenizer(folder).eos_token == "<|im_end|>"
-
-
-def test_choose_dtype(monkeypatch):
-    assert choose_dtype(False, False, "cpu") == (torch.float32, None)
-    dtype, reason = choose_dtype(True, False, "cpu")
-    assert dtype == torch.float32 and "bf16 on this CPU trains 10-20x slower; training in fp32" == reason
-    assert choose_dtype(False, True, "cpu")[1].startswith("fp16 on this CPU")
-    with pytest.raises(ConfigError, match="both"):
-        choose_dtype(True, True, "cuda")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    dtype, reason = choose_dtype(True, False, "cuda:0")
-    assert dtype == torch.float16 and "no bf16 support" in reason
-    assert choose_dtype(False, True, "cuda") == (torch.float16, None)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert choose_dtype(True, False, "cuda") == (torch.bfloat16, None)
 
 
 def test_a_fresh_score_head_is_not_reported_as_a_fault_but_a_missing_weight_is(demo_model_dir, tmp_path):

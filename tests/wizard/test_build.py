@@ -147,6 +147,22 @@ def test_gpu_keeps_bf16_and_cpu_turns_it_off(ready, skill, demo_model_dir):
     assert "bf16" not in {r.parameter for r in build.build_train_config(gpu, skill).diff}
 
 
+def test_a_cpu_with_bf16_units_keeps_bf16(ready, skill):
+    """The device stage records a CPU's bf16 units; the config then keeps the example's bf16: true."""
+    from engine.devices import DeviceReport
+    from engine.models.registry import example_config
+    from assistant.wizard.stages import gpu as gpu_stage
+
+    state = ready.replace(family="qwen3", example=str(example_config("qwen3", "lora")))
+    plain = gpu_stage.apply(state, DeviceReport("cpu", [], "none"), {}).state
+    assert "bf16_units" not in plain.device
+    assert {r.parameter: r.new for r in build.build_train_config(plain, skill).diff}["bf16"] is False
+    amx = gpu_stage.apply(state, DeviceReport("cpu", [], "none", [], "AMX-BF16"), {}).state
+    assert amx.device["bf16_units"] == "AMX-BF16" and amx.device["platform"] == "cpu"
+    built = build.build_train_config(amx, skill)
+    assert "bf16" not in {r.parameter for r in built.diff} and built.config["bf16"] is True
+
+
 def test_small_dataset_advice_proposes_a_fix_that_works(ready, skill, workspace):
     state = config_stage.apply_edit(ready, "num_train_epochs", "1").state
     state = config_stage.apply_edit(state, "logging_steps", "10").state

@@ -74,7 +74,10 @@ class GpuScreen(StageScreen):
         case = gpu.situation(report)
         lines = [escape(gpu.describe_gpu(g)) for g in report.gpus] or [t("gpu.none")]
         self.query_one("#gpu-list", Static).update("\n".join(lines))
-        advice = {"none": t("gpu.cpu_advice"), "one_free": t("gpu.one_free_advice"),
+        cpu_advice = t("gpu.cpu_advice")
+        if getattr(report, "cpu_bf16", None):
+            cpu_advice += "\n" + t("gpu.cpu_bf16", units=report.cpu_bf16)
+        advice = {"none": cpu_advice, "one_free": t("gpu.one_free_advice"),
                   "several_free": t("gpu.several_advice", free=",".join(map(str, gpu.free_indices(report)))),
                   "all_busy": t("gpu.all_busy_advice")}[case]
         self.query_one("#gpu-advice", Static).update(advice)

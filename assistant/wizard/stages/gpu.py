@@ -41,7 +41,7 @@ def detect_in_subprocess(timeout_s: float = 60.0) -> Any:
         raise DeviceError(t("gpu.detect_failed", error=(result.stderr.strip().splitlines() or ["?"])[-1]))
     data = json.loads(result.stdout.strip().splitlines()[-1])
     gpus = [GPU(**{k: v for k, v in gpu.items() if k != "free"}) for gpu in data.get("gpus", [])]
-    return DeviceReport(data["platform"], gpus, data.get("tool", "?"), data.get("notes", []))
+    return DeviceReport(data["platform"], gpus, data.get("tool", "?"), data.get("notes", []), data.get("cpu_bf16"))
 
 
 def free_indices(report: Any) -> list[int]:
@@ -77,7 +77,9 @@ def apply(state: WizardState, report: Any, answers: Mapping[str, Any]) -> Outcom
     case = situation(report)
     platform = getattr(report, "platform", "cuda")
     if case == "none":
-        return Outcome(state.replace(device=_device("cpu", [], "cpu", t("gpu.reason_cpu"))))
+        device = _device("cpu", [], "cpu", t("gpu.reason_cpu"))
+        units = getattr(report, "cpu_bf16", None)
+        return Outcome(state.replace(device={**device, "bf16_units": units} if units else device))
     known = {gpu.index for gpu in report.gpus}
     chosen = [int(i) for i in answers.get("indices") or []]
     unknown = [i for i in chosen if i not in known]
