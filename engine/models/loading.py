@@ -19,7 +19,6 @@ from engine.jsonio import read_json_dict as _read_json
 from engine.models.options import LoadOptions
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
