@@ -159,10 +159,13 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
         with row_errors(example):
             prompt_ids, chosen_ids = _last_turn(tokenizer, template, example, example["chosen"])
             _, rejected_ids = _last_turn(tokenizer, template, example, example["rejected"])
-        extra = 1 if template.efficient_eos else 0
-        eos_id = template.eos_token_id(tokenizer)
+        if template.efficient_eos:
+            # The EOS is part of the answer before truncation, as in LLaMA-Factory's pairwise processor: a cut
+            # answer loses it with its tail rather than keeping it in place of its last answer token.
+            eos_id = template.eos_token_id(tokenizer)
+            chosen_ids, rejected_ids = chosen_ids + [eos_id], rejected_ids + [eos_id]
         longest = max(len(chosen_ids), len(rejected_ids))
-        source_len, target_len = infer_seqlen(len(prompt_ids), longest, cutoff_len - extra)
+        source_len, target_len = infer_seqlen(len(prompt_ids), longest, cutoff_len)
         if target_len == 0:
             counts.dropped.append(example.get("source", "?"))
             continue
@@ -172,7 +175,7 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
         asked = [m["content"] for m in example.get("messages", []) if m.get("role") == "user"]
         sample = {"prompt": asked[-1] if asked else ""}
         for key, answer in (("chosen", chosen_ids), ("rejected", rejected_ids)):
-            answer = answer[:target_len] + ([eos_id] if extra else [])
+            answer = answer[:target_len]
             sample[f"{key}_input_ids"] = prompt_ids + answer
             sample[f"{key}_labels"] = [IGNORE_INDEX] * len(prompt_ids) + answer
         samples.append(sample)

@@ -26,6 +26,7 @@ def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
             raise DataError(f"{example.get('source', 'an example')} does not end with an answer to label.")
         answers.append(messages[-1]["content"])
     extra = 1 if template.efficient_eos else 0
+    eos_id = template.eos_token_id(tokenizer)  # the EOS joins the answer before truncation, as in LLaMA-Factory
     # The KL partner is the previous answer within the example's preprocessing batch (the first takes the batch's
     # last), as LLaMA-Factory's feedback processor shifts each batch (engine.data.chunks).
     partner = {i: (i - 1 if i > chunk.start else chunk.stop - 1)
@@ -37,7 +38,7 @@ def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
         for prefix, answer in (("", answers[index]), ("kl_", answers[partner[index]])):
             with row_errors(example):
                 prompt_ids, answer_ids = _last_turn(tokenizer, template, prompt_only, answer)
-            answer_ids = answer_ids + ([tokenizer.eos_token_id] if extra else [])
+            answer_ids = answer_ids + ([eos_id] if extra else [])
             source_len, target_len = infer_seqlen(len(prompt_ids), len(answer_ids), cutoff_len)
             truncated += int(prefix == "" and (source_len < len(prompt_ids) or target_len < len(answer_ids)))
             encoded[f"{prefix}input_ids"] = prompt_ids[:source_len] + answer_ids[:target_len]

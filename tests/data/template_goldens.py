@@ -21,6 +21,11 @@ def token_goldens() -> dict:
     return json.loads((ASSETS / "lf_tokens.json").read_text(encoding="utf-8"))
 
 
+@lru_cache(maxsize=1)
+def token_goldens_truncated() -> dict:
+    return json.loads((ASSETS / "lf_tokens_truncated.json").read_text(encoding="utf-8"))
+
+
 class PieceTokenizer:
     """A stand-in tokenizer whose "ids" are the slot pieces themselves: {"bos"|"eos"|"token": text} for special
     slots, the text for a text slot. Golden pieces were recorded from LF's encoders with the same stand-in, so equal

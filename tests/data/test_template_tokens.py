@@ -12,7 +12,7 @@ import pytest
 from engine.data import encode_preference, encode_supervised
 from engine.data import tools as tool_formats
 from engine.data.templates import get_template
-from tests.data.template_goldens import ASSETS, golden, token_goldens
+from tests.data.template_goldens import ASSETS, golden, token_goldens, token_goldens_truncated
 
 GOLDENS = token_goldens()
 CASES = [(name, index) for name, cases in GOLDENS["templates"].items() for index in range(len(cases))]
@@ -67,3 +67,24 @@ def test_goldens_cover_the_special_slots(tokenizer):
     assert {"glm4", "gemma2", "falcon", "gpt_oss"} <= names  # efficient_eos
     supervised = [case for cases in GOLDENS["templates"].values() for case in cases if "supervised" in case]
     assert len(supervised) >= 30 and all(case["supervised"]["labels"] for case in supervised)
+
+
+@pytest.mark.parametrize("name", ["glm4", "falcon"])
+def test_truncated_preference_and_feedback_rows_equal_llamafactory(tokenizer, name):
+    # efficient_eos: LF adds the EOS to the answer before cutting to cutoff_len, so a cut answer ends on an answer
+    # token, not on the EOS.
+    from engine.data.feedback import encode_feedback
+
+    truncated = token_goldens_truncated()
+    expected = truncated["templates"][name]
+    template = get_template(name, tokenizer)
+    cutoff, asked = truncated["cutoff_len"], [{"role": "user", "content": truncated["prompt"]}]
+    ranked = {"messages": asked, "chosen": truncated["chosen"], "rejected": truncated["rejected"], "source": "t:1"}
+    [pair] = encode_preference([ranked], tokenizer, template, cutoff)
+    assert {key: value for key, value in pair.items() if key != "prompt"} == expected["pairwise"]
+    assert pair["chosen_labels"][-1] != template.eos_token_id(tokenizer)
+    rows = [{"messages": asked + [{"role": "assistant", "content": truncated[side]}], "kto_tag": side == "chosen",
+             "source": f"t:{index}"} for index, side in enumerate(("chosen", "rejected"))]
+    samples = encode_feedback(rows, tokenizer, template, cutoff)
+    assert [{key: value for key, value in sample.items() if key != "kto_tag"} for sample in samples] \
+        == expected["feedback"]
