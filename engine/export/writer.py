@@ -143,10 +143,11 @@ def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprin
 
 
 def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Check:
-    sizes = {name: (folder / name).stat().st_size for name in files}
-    # A shard may exceed the limit only when it holds a single tensor that is itself larger (plus file headers).
-    over = [n for n, size in sizes.items() if size > shard_bytes and _tensor_count(folder, n) > 1]
-    largest = max(sizes.values()) if sizes else 0
+    # export_size bounds a shard's tensor bytes, as transformers' max_shard_size does (the file adds its header);
+    # a shard may hold more only as a single tensor that is itself larger.
+    contents = {name: _shard_contents(folder / name) for name in files}
+    over = [n for n, (count, data) in contents.items() if data > shard_bytes and count > 1]
+    largest = max((data for _, data in contents.values()), default=0)
     sizes_text = f"{len(files)} shard(s), largest {largest / 1e9:.4g} GB, export_size {shard_bytes / 1e9:.4g} GB"
     return Check(name="weight shards within export_size", passed=not over, measured=float(largest),
                  tolerance=float(shard_bytes), detail=sizes_text + (f"; too large: {', '.join(over)}" if over else ""),
@@ -155,13 +156,15 @@ def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Chec
                      "shards": len(files), "largest": f"{largest / 1e9:.4g}", "limit": f"{shard_bytes / 1e9:.4g}"}))
 
 
-def _tensor_count(folder: Path, name: str) -> int:
-    if name.endswith(".bin"):
-        return len(torch.load(str(folder / name), map_location="cpu", weights_only=True))
-    from safetensors import safe_open
-
-    with safe_open(str(folder / name), framework="pt", device="cpu") as handle:
-        return len(list(handle.keys()))
+def _shard_contents(path: Path) -> tuple[int, int]:
+    """(tensor count, tensor bytes) of a weight file, without its header."""
+    if path.name.endswith(".bin"):
+        tensors = torch.load(str(path), map_location="cpu", weights_only=True).values()
+        return len(tensors), sum(t.numel() * t.element_size() for t in tensors)
+    with path.open("rb") as handle:  # safetensors: an 8-byte header length, then the JSON header
+        header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+    spans = [entry["data_offsets"] for key, entry in header.items() if key != "__metadata__"]
+    return len(spans), sum(end - start for start, end in spans)
 
 
 def _storage(tensor: torch.Tensor) -> tuple:

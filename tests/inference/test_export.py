@@ -124,6 +124,29 @@ def test_full_export_is_a_resave_in_legacy_format(full_run, tmp_path):
     assert "chat_template" in json.loads((result.export_dir / "tokenizer_config.json").read_text())
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_export_size_below_one_tensor_gives_that_tensor_its_own_shard(demo_model_dir, tmp_path, legacy):
+    # 0.0001 GB: the float32 embedding and MLP matrices are each larger than a shard, the small ones share shards
+    # of up to 100 kB of tensor data (the files a few hundred header bytes more), as transformers' max_shard_size.
+    from transformers import AutoModelForCausalLM
+
+    from engine.export.writer import _check_shard_sizes, read_weights
+
+    config = load_export_config({"model_name_or_path": str(demo_model_dir), "export_dir": str(tmp_path / "out"),
+                                 "template": "qwen", "finetuning_type": "full", "export_device": "cpu",
+                                 "infer_dtype": "float32", "export_size": 0.0001, "export_legacy_format": legacy})
+    result = export_model(config)
+    assert len(result.files) > 2 and all(c.passed for c in result.checks)
+    for name in result.files:
+        tensors = dict(read_weights(result.export_dir, [name]))
+        assert sum(t.numel() * t.element_size() for t in tensors.values()) <= 100_000 or len(tensors) == 1
+    assert any(len(dict(read_weights(result.export_dir, [name]))) > 1 for name in result.files)
+    source = AutoModelForCausalLM.from_pretrained(demo_model_dir).state_dict()
+    reloaded = AutoModelForCausalLM.from_pretrained(result.export_dir).state_dict()
+    assert all(torch.equal(source[k], reloaded[k]) for k in source)
+    assert not _check_shard_sizes(result.export_dir, result.files, 50_000).passed  # shards of several tensors
+
+
 def test_adapter_that_changes_nothing_is_refused(demo_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
