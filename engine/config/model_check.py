@@ -25,6 +25,8 @@ class LinearLayers:
     """Every module's full name (additional_target names whole modules, not only linear ones)."""
     parameters: tuple[str, ...] | None = None
     """Every parameter's full name (freeze tuning picks its modules by the parameters they hold)."""
+    num_layers: int | None = None
+    """The decoder layer count the loaded model reports (config.num_hidden_layers), as freeze tuning counts them."""
 
     def short_names(self) -> list[str]:
         return sorted({name.rsplit(".", 1)[-1] for name in self.widths if name != self.head})
@@ -78,8 +80,10 @@ def _linear_layers(folder: str, stamp: float) -> LinearLayers | None:
     widths = {name: (module.in_features, module.out_features) for name, module in model.named_modules()
               if isinstance(module, torch.nn.Linear)}
     head_name = next((name for name, module in model.named_modules() if module is head), None)
+    num_layers = getattr(model.config, "num_hidden_layers", None)
     return LinearLayers(widths, head_name, tuple(name for name, _ in model.named_modules() if name),
-                        tuple(name for name, _ in model.named_parameters()))
+                        tuple(name for name, _ in model.named_parameters()),
+                        num_layers if isinstance(num_layers, int) else None)
 
 
 def linear_layers(model: str) -> LinearLayers | None:

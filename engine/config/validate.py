@@ -249,7 +249,7 @@ def _freeze_module_problems(c: TrainConfig, model: str) -> list[str]:
     names = list(layers.parameters)
     if c.stage == "rm" and layers.head:  # a reward model loads with a score head in place of the output head
         names = [name for name in names if not name.startswith(f"{layers.head}.")] + ["score.weight"]
-    return module_problems(c, names)
+    return module_problems(c, names, layers.num_layers)
 
 
 def _output_problems(c: TrainConfig) -> list[str]:

@@ -3,6 +3,11 @@
 As in LLaMA-Factory: N beyond the layer count trains every layer; ``freeze_extra_modules`` names modules outside
 the decoder layers that train too (embed_tokens, norm, lm_head, ...), matched as there: every parameter whose name
 contains the module name.
+
+LLaMA-Factory picks layer N's parameters by ".N." (".N.module") anywhere in their names, so on a model with other
+numbered parts (a mixture of experts whose experts are a list, ``mlp.experts.N``; parallel sublayers) it also trains
+those parts of every layer. Training them is not what freeze_trainable_layers asks, so such a model is refused
+with the names that collide rather than trained differently (``layer_number_collisions``).
 """
 
 from __future__ import annotations
@@ -62,14 +67,66 @@ def unknown_extra_modules(wanted: str | None, known: list[str]) -> str | None:
             f"has: {', '.join(known) or 'none'}.")
 
 
-def module_problems(config, parameter_names) -> list[str]:
+def module_problems(config, parameter_names, num_layers: int | None = None) -> list[str]:
     """What freeze_trainable_modules and freeze_extra_modules name that the model does not have, from its
-    parameter names. Training checks the loaded model and ``validate`` (train --check) the same model built on
-    the meta device, so a name that would stop the run is refused before it starts."""
+    parameter names, and (given the layer count) layer numbers that collide with other numbered parts. Training
+    checks the loaded model and ``validate`` (train --check) the same model built on the meta device, so a setting
+    that would stop the run is refused before it starts."""
     names = list(parameter_names)
     problems = [unknown_layer_modules(config.freeze_trainable_modules, layer_modules(names)),
                 unknown_extra_modules(getattr(config, "freeze_extra_modules", None), outside_layer_modules(names))]
+    if num_layers and config.freeze_trainable_layers and not problems[0]:
+        problems.append(layer_number_collisions(config, names, num_layers))
     return [problem for problem in problems if problem]
+
+
+def layer_selection(names, layer_ids, modules: list[str]) -> set[str]:
+    """The parameters of the trained layers that train here: under ``.layers.N.`` for a trained N, in the named
+    modules (all: every one)."""
+    selected = set()
+    for name in names:
+        match = _LAYER.search(name)
+        in_layer = bool(match) and int(match.group(1)) in layer_ids
+        if in_layer and (modules == ["all"] or any(f".{m}." in name or name.endswith(f".{m}") for m in modules)):
+            selected.add(name)
+    return selected
+
+
+def lf_layer_selection(names, layer_ids, modules: list[str]) -> set[str]:
+    """The parameters LLaMA-Factory's freeze tuning picks for the same layers and modules: every name that
+    contains ".N." (all) or ".N.module" for a trained N, wherever in the name."""
+    patterns = [f".{index}.{'' if module == 'all' else module}" for module in modules for index in layer_ids]
+    return {name for name in names if any(pattern in name for pattern in patterns)}
+
+
+def layer_number_collisions(config, names: list[str], num_layers: int) -> str | None:
+    """The problem when LLaMA-Factory's ".N." match would pick other parameters than the layers themselves."""
+    listed = layer_modules(names)
+    if not listed:  # no .layers.N. at all (GPT-2's h.N): nothing trains here, which prepare refuses on its own
+        return None
+    layer_ids = trainable_layer_ids(num_layers, config.freeze_trainable_layers)
+    modules = comma_names(config.freeze_trainable_modules) or ["all"]
+    ours, theirs = layer_selection(names, layer_ids, modules), lf_layer_selection(names, layer_ids, modules)
+    if ours == theirs:
+        return None
+    extra, missed = sorted(theirs - ours), sorted(ours - theirs)
+    differing = extra or missed
+    shown = ", ".join(differing[:3]) + (f" (and {len(differing) - 3} more)" if len(differing) > 3 else "")
+    layers = f"layer {layer_ids[0]}" if len(layer_ids) == 1 else f"layers {layer_ids[0]}-{layer_ids[-1]}"
+    target = layers if modules == ["all"] else f"the {','.join(modules)} of {layers}"
+    patterns = [f"'.{index}.{'' if module == 'all' else module}'" for module in modules for index in layer_ids]
+    marks = " or ".join(patterns[:3]) + (" ..." if len(patterns) > 3 else "")
+    effect = (f"also train {shown}, which lie outside {target}" if extra
+              else f"leave out {shown}, which lie in {target}")
+    advice = "use finetuning_type: lora"
+    if layer_selection(names, layer_ids, listed) == lf_layer_selection(names, layer_ids, listed) \
+            == ours:
+        advice = f"set freeze_trainable_modules: {','.join(listed)} (each layer's modules by name), or " + advice
+    keys = f"freeze_trainable_layers: {config.freeze_trainable_layers}" + (
+        "" if modules == ["all"] else f" with freeze_trainable_modules: {','.join(modules)}")
+    return (f"{keys} is refused on this model. LLaMA-Factory picks {target} by {marks} anywhere in a parameter "
+            f"name, so here it would {effect}; lf-assistant trains {target} alone and does not differ silently. "
+            f"To train {target} alike in both, {advice}.")
 
 
 def prepare(model, config):
@@ -77,15 +134,14 @@ def prepare(model, config):
     layer_ids = set(trainable_layer_ids(num_layers, config.freeze_trainable_layers))
     modules = comma_names(config.freeze_trainable_modules)
     extra = comma_names(getattr(config, "freeze_extra_modules", None))
-    problems = module_problems(config, (name for name, _ in model.named_parameters()))
+    names = [name for name, _ in model.named_parameters()]
+    problems = module_problems(config, names, num_layers)
     if problems:
         raise ConfigError("\n".join(problems))
+    in_layers = layer_selection(names, layer_ids, modules)
     for name, parameter in model.named_parameters():
-        match = _LAYER.search(name)
-        in_layer = bool(match) and int(match.group(1)) in layer_ids
-        in_module = modules == ["all"] or any(f".{m}." in name or name.endswith(f".{m}") for m in modules)
         # A reward model's score head is new: it always trains.
-        trained = (in_layer and in_module) or name.startswith("score.") or any(m in name for m in extra)
+        trained = name in in_layers or name.startswith("score.") or any(m in name for m in extra)
         parameter.requires_grad_(trained)
     return model
 
