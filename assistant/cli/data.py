@@ -188,9 +188,10 @@ def print_preview(console, result, dataset_dir: Path) -> None:
                   f"(trained {result.trained_tokens:,}, {share:.0f}%) | longest {result.longest}")
     if result.truncated:
         console.print(f"[yellow]{result.truncated} sample(s) were cut to cutoff_len.[/]")
-    if result.dropped:
-        console.print(f"[yellow]{len(result.dropped)} row(s) dropped: no answer token fits in cutoff_len "
-                      f"(first: {safe(result.dropped[0])}).[/]")
+    if result.untrained:
+        console.print(f"[yellow]{len(result.untrained)} row(s) train nothing: no answer token fits in cutoff_len "
+                      f"(first: {safe(result.untrained[0])}). They are kept, as LLaMA-Factory keeps them (they count "
+                      "in its steps).[/]")
 
 
 @app.command("list")

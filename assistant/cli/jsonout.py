@@ -180,7 +180,8 @@ DATA_PREVIEW = _fields(
     ("trained_tokens", "integer", "Tokens the loss is computed on (the answers)."),
     ("longest", "integer", "Tokens in the longest sample."),
     ("truncated", "integer", "Samples cut to cutoff_len."),
-    ("dropped", "array of string", "Rows dropped: no answer token fits in cutoff_len."),
+    ("untrained", "array of string", "Rows that train nothing (no answer token fits in cutoff_len), kept as "
+                                     "LLaMA-Factory keeps them."),
     ("shown", "array of object", "{source, spans: [{text, trained}]} for the first --n samples."),
 )
 

@@ -6,8 +6,9 @@ reasoning template drops the earlier thoughts, as LLaMA-Factory does). DPO pairs
 (template.encode_oneturn, LF's pairwise encoding). Token ids are the template's, slot by slot as in LF.
 Truncation to cutoff_len is LLaMA-Factory's, turn by turn: each turn's prompt and answer share what the earlier
 turns left (infer_seqlen), so a long prompt cannot squeeze the answer out entirely, and a later turn is cut rather
-than left out (with mask_history the last turn gets the budget first). Rows left with no trained token are dropped
-and counted (LLaMA-Factory keeps them; they train nothing there either).
+than left out (with mask_history the last turn gets the budget first). Rows left with no trained token (a prompt
+so long that the answer's share rounds to nothing) are kept and counted, as LLaMA-Factory keeps them: they count in
+its examples and steps, and train nothing.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ IGNORE_INDEX = -100
 class EncodedSamples(list):
     """A list of encoded samples that also reports what encoding had to do to the rows."""
 
-    def __init__(self, samples=(), *, dropped: list[str] | None = None, truncated: int = 0) -> None:
+    def __init__(self, samples=(), *, untrained: list[str] | None = None, truncated: int = 0) -> None:
         super().__init__(samples)
-        self.dropped: list[str] = dropped or []
-        """Sources ("dataset:row") of rows dropped because no answer token survived truncation."""
+        self.untrained: list[str] = untrained or []
+        """Sources ("dataset:row") of the kept rows with no trained token: no answer token survived truncation."""
         self.truncated: int = truncated
-        """How many kept rows were cut to cutoff_len."""
+        """How many rows were cut to cutoff_len."""
         self.chunks: list[range] | None = None
         """The sample ranges of each preprocessing batch of rows, when encoded by ``encode_in_chunks``."""
 
@@ -38,23 +39,22 @@ class EncodedSamples(list):
 def encode_in_chunks(encode: Callable[[list[dict]], EncodedSamples], examples: list[dict],
                      chunks: list[range]) -> EncodedSamples:
     """``encode`` run on each chunk of rows (engine.data.chunks: LLaMA-Factory's preprocessing batches); the result
-    carries ``.chunks``, the sample ranges each batch of rows gave (rows dropped in encoding leave their batch
-    shorter, as in LLaMA-Factory, rather than moving the boundaries)."""
-    samples, dropped, truncated, ranges = [], [], 0, []
+    carries ``.chunks``, the sample ranges each batch of rows gave."""
+    samples, untrained, truncated, ranges = [], [], 0, []
     for chunk in chunks:
         part = encode([examples[i] for i in chunk])
         ranges.append(range(len(samples), len(samples) + len(part)))
         samples += part
-        dropped += part.dropped
+        untrained += part.untrained
         truncated += part.truncated
-    result = EncodedSamples(samples, dropped=dropped, truncated=truncated)
+    result = EncodedSamples(samples, untrained=untrained, truncated=truncated)
     result.chunks = ranges
     return result
 
 
 @dataclass
 class _Counts:
-    dropped: list[str] = field(default_factory=list)
+    untrained: list[str] = field(default_factory=list)
     truncated: int = 0
 
 
@@ -88,7 +88,8 @@ def row_errors(example: dict) -> Iterator[None]:
 
 def encode_supervised(examples: list[dict], tokenizer, template, cutoff_len: int, *, train_on_prompt: bool = False,
                       mask_history: bool = False) -> EncodedSamples:
-    """[{"input_ids", "labels"}] for SFT; `.dropped` / `.truncated` on the result say what happened to the rows."""
+    """[{"input_ids", "labels"}] for SFT, one per row; `.untrained` / `.truncated` on the result say what
+    truncation did to the rows."""
     _check_cutoff(cutoff_len)
     if train_on_prompt and template.efficient_eos:
         raise DataError(f"Template {template.name!r} cannot train on prompts (its answers share one EOS); "
@@ -102,11 +103,10 @@ def encode_supervised(examples: list[dict], tokenizer, template, cutoff_len: int
         input_ids, labels, cut = _encode_pairs(pairs, template.eos_token_id(tokenizer), template, cutoff_len,
                                                train_on_prompt, mask_history)
         if all(label == IGNORE_INDEX for label in labels):
-            counts.dropped.append(example.get("source", "?"))
-            continue
+            counts.untrained.append(example.get("source", "?"))
         counts.truncated += cut
         samples.append({"input_ids": input_ids, "labels": labels})
-    return EncodedSamples(samples, dropped=counts.dropped, truncated=counts.truncated)
+    return EncodedSamples(samples, untrained=counts.untrained, truncated=counts.truncated)
 
 
 def _encode_pairs(pairs, eos_id: int | None, template, cutoff_len: int, train_on_prompt: bool,
@@ -166,9 +166,8 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
             chosen_ids, rejected_ids = chosen_ids + [eos_id], rejected_ids + [eos_id]
         longest = max(len(chosen_ids), len(rejected_ids))
         source_len, target_len = infer_seqlen(len(prompt_ids), longest, cutoff_len)
-        if target_len == 0:
-            counts.dropped.append(example.get("source", "?"))
-            continue
+        if target_len == 0:  # neither answer keeps a token
+            counts.untrained.append(example.get("source", "?"))
         counts.truncated += int(source_len < len(prompt_ids) or target_len < longest)
         prompt_ids = prompt_ids[:source_len]
         # the question as written (what a reward model's scores are shown against), beside its tokens
@@ -179,13 +178,22 @@ def encode_preference(examples: list[dict], tokenizer, template, cutoff_len: int
             sample[f"{key}_input_ids"] = prompt_ids + answer
             sample[f"{key}_labels"] = [IGNORE_INDEX] * len(prompt_ids) + answer
         samples.append(sample)
-    return EncodedSamples(samples, dropped=counts.dropped, truncated=counts.truncated)
+    return EncodedSamples(samples, untrained=counts.untrained, truncated=counts.truncated)
 
 
 def _last_turn(tokenizer, template, example: dict, answer: str) -> tuple[list[int], list[int]]:
     # LF's pairwise encoding: the last-turn view (earlier thoughts dropped unless preserve_thinking).
     messages = example["messages"] + [{"role": "assistant", "content": answer}]
     return template.encode_oneturn(tokenizer, messages, example.get("system"), example.get("tools"))
+
+
+def untrained_note(encoded: EncodedSamples, cutoff_len: int, what: str = "row") -> str | None:
+    """What to tell about the rows that train nothing (None when there are none)."""
+    if not encoded.untrained:
+        return None
+    return (f"{len(encoded.untrained)} of {len(encoded)} {what}(s) train nothing: no answer token fits in "
+            f"cutoff_len {cutoff_len} (first: {encoded.untrained[0]}). They are kept, as LLaMA-Factory keeps them "
+            "(they count in its steps); raise cutoff_len or shorten those prompts to train on them.")
 
 
 def _check_cutoff(cutoff_len: int) -> None:
@@ -208,6 +216,12 @@ def describe_sample(sample: dict, tokenizer) -> list[tuple[str, bool]]:
             spans.append((tokenizer.decode(input_ids[start:end], skip_special_tokens=False), trained))
             start = end
     return spans
+
+
+def trains_anything(samples: list[dict]) -> bool:
+    """Whether any sample has a trained token (stops at the first)."""
+    return any(label != IGNORE_INDEX for sample in samples for key in ("labels", "chosen_labels", "rejected_labels")
+               for label in sample.get(key, ()))
 
 
 def count_trained_tokens(samples: list[dict]) -> int:

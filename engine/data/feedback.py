@@ -13,7 +13,8 @@ from engine.errors import DataError
 
 def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
                     chunks: list[range] | None = None) -> EncodedSamples:
-    """[{"input_ids", "labels", "kl_input_ids", "kl_labels", "kto_tag"}]: the prompt masked, the answer labelled."""
+    """[{"input_ids", "labels", "kl_input_ids", "kl_labels", "kto_tag"}], one per row: the prompt masked, the answer
+    labelled (`.untrained`: rows whose answer truncation left no token, kept as LLaMA-Factory keeps them)."""
     _check_cutoff(cutoff_len)
     answers = []
     for example in examples:
@@ -31,7 +32,7 @@ def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
     # last), as LLaMA-Factory's feedback processor shifts each batch (engine.data.chunks).
     partner = {i: (i - 1 if i > chunk.start else chunk.stop - 1)
                for chunk in (chunks if chunks is not None else [range(len(examples))]) for i in chunk}
-    samples, dropped, truncated = [], [], 0
+    samples, untrained, truncated = [], [], 0
     for index, example in enumerate(examples):
         prompt_only = {**example, "messages": example["messages"][:-1]}
         encoded = {}
@@ -44,11 +45,10 @@ def encode_feedback(examples: list[dict], tokenizer, template, cutoff_len: int,
             encoded[f"{prefix}input_ids"] = prompt_ids[:source_len] + answer_ids[:target_len]
             encoded[f"{prefix}labels"] = [IGNORE_INDEX] * source_len + answer_ids[:target_len]
         if not any(t != IGNORE_INDEX for t in encoded["labels"]):
-            dropped.append(example.get("source", "?"))
-            continue
+            untrained.append(example.get("source", "?"))
         encoded["kto_tag"] = bool(example["kto_tag"])
         samples.append(encoded)
-    return EncodedSamples(samples, dropped=dropped, truncated=truncated)
+    return EncodedSamples(samples, untrained=untrained, truncated=truncated)
 
 
 class FeedbackCollator:

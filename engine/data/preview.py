@@ -19,17 +19,18 @@ class DataPreview:
     rows: int
     """Normalized examples loaded."""
     samples: int
-    """Samples kept after encoding."""
+    """Samples after encoding (one per row, as in LLaMA-Factory)."""
     trained_tokens: int
     """Tokens with a label (answers and their end-of-turn tokens)."""
     total_tokens: int
-    """All tokens of the kept samples (both sides for preference pairs)."""
+    """All tokens of the samples (both sides for preference pairs)."""
     longest: int
-    """The longest kept sample, in tokens."""
+    """The longest sample, in tokens."""
     truncated: int
-    """Kept samples cut to cutoff_len."""
-    dropped: list[str] = field(default_factory=list)
-    """Sources ("dataset:row") of rows with no trained token left."""
+    """Samples cut to cutoff_len."""
+    untrained: list[str] = field(default_factory=list)
+    """Sources ("dataset:row") of rows with no trained token left: kept, as LLaMA-Factory keeps them, training
+    nothing."""
     shown: list[tuple[str, list[tuple[str, bool]]]] = field(default_factory=list)
     """(source, [(text, trained)]) for the first samples."""
 
@@ -45,8 +46,6 @@ def preview_data(examples: list[dict], tokenizer, template, cutoff_len: int, *, 
         encoded = encode_supervised(examples, tokenizer, template, cutoff_len, train_on_prompt=train_on_prompt,
                                     mask_history=mask_history)
         keys = (("input_ids", "labels"),)
-    dropped = set(encoded.dropped)
-    kept_sources = [example.get("source", "?") for example in examples if example.get("source", "?") not in dropped]
     trained = total = longest = 0
     for sample in encoded:
         for ids_key, labels_key in keys:
@@ -54,11 +53,11 @@ def preview_data(examples: list[dict], tokenizer, template, cutoff_len: int, *, 
             longest = max(longest, len(sample[ids_key]))
             trained += sum(1 for label in sample[labels_key] if label != IGNORE_INDEX)
     tagged = {example.get("source", "?"): example["kto_tag"] for example in examples if "kto_tag" in example}
-    kept_sources = [_with_tag(source, tagged.get(source)) for source in kept_sources]
-    shown = [(source, describe_sample(sample, tokenizer)) for source, sample in zip(kept_sources, encoded[:n])]
+    sources = [_with_tag(example.get("source", "?"), tagged.get(example.get("source", "?"))) for example in examples]
+    shown = [(source, describe_sample(sample, tokenizer)) for source, sample in zip(sources, encoded[:n])]
     return DataPreview(template=template.name, rows=len(examples), samples=len(encoded), trained_tokens=trained,
                        total_tokens=total, longest=longest, truncated=encoded.truncated,
-                       dropped=list(encoded.dropped), shown=shown)
+                       untrained=list(encoded.untrained), shown=shown)
 
 
 def _with_tag(source: str, desirable: bool | None) -> str:

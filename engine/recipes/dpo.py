@@ -30,8 +30,8 @@ def setup(session: Session) -> Task:
     # 1. Data: preference pairs; the shared prompt is masked, only the two answers are scored.
     train_pairs, eval_pairs = session.train_and_eval(
         session.load_pairs, session.preference_pairs, unit="pairs",
-        empty="No preference pair has a trained token on both answers after encoding: raise cutoff_len or check "
-              "that every row has non-empty chosen and rejected answers.")
+        empty="No preference pair keeps an answer token after encoding: raise cutoff_len or check that the rows "
+              "have non-empty chosen and rejected answers.")
     if config.packing or config.neat_packing or config.batching_strategy != "padded":
         logger.note("packing / batching_strategy do not apply to preference pairs; using padded micro-batches.")
 

@@ -23,7 +23,9 @@ from engine.training.task import LossOut, StepContext, Task
 
 def setup(session: Session) -> Task:
     from engine.data.chunks import preprocessing_chunks
+    from engine.data.encode import untrained_note
     from engine.data.feedback import FeedbackCollator, encode_feedback
+    from engine.training.preference import LF_DIVIDES_BY_ZERO
 
     config, logger = session.config, session.logger
 
@@ -31,9 +33,10 @@ def setup(session: Session) -> Task:
     def encode(examples: list[dict]) -> list[dict]:
         chunks = preprocessing_chunks(len(examples), config.preprocessing_batch_size, config.preprocessing_num_workers)
         encoded = encode_feedback(examples, session.tokenizer, session.template, config.cutoff_len, chunks)
-        if encoded.dropped:
-            logger.note(f"{len(encoded.dropped)} example(s) dropped: no answer token fits in cutoff_len "
-                        f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
+        note = untrained_note(encoded, config.cutoff_len, "example")
+        if note:
+            logger.note(note + (LF_DIVIDES_BY_ZERO.format(what="pref_ftx SFT term") if config.pref_ftx > 1e-6
+                                else ""))
         return list(encoded)
 
     def both_kinds(examples: list[dict]) -> str:

@@ -81,7 +81,7 @@ def setup(session: Session) -> Task:
     # 1. Data: preference pairs, both answers scored whole (prompt included: the score reads the conversation).
     train_pairs, eval_pairs = session.train_and_eval(
         session.load_pairs, session.preference_pairs, unit="pairs",
-        empty="No preference pair is left after encoding: raise cutoff_len or check the data.")
+        empty="No preference pair keeps an answer token after encoding: raise cutoff_len or check the data.")
 
     # 2. The reward model: the base's body with a one-output score head.
     base = session.load_base(head="score")

@@ -20,7 +20,7 @@ from engine.training.task import LossOut, Task
 def setup(session: Session) -> Task:
     from engine.data import SFTCollator, encode_supervised
     from engine.data.chunks import preprocessing_chunks
-    from engine.data.encode import encode_in_chunks
+    from engine.data.encode import encode_in_chunks, untrained_note
 
     config = session.config
 
@@ -36,12 +36,12 @@ def setup(session: Session) -> Task:
 
         if not config.packing_enabled:
             samples = encode_rows(examples)
-        else:  # LLaMA-Factory packs each preprocessing batch of rows on its own, whatever encoding dropped
+        else:  # LLaMA-Factory packs each preprocessing batch of rows on its own
             samples = encode_in_chunks(encode_rows, examples, preprocessing_chunks(
                 len(examples), config.preprocessing_batch_size, config.preprocessing_num_workers))
-        if samples.dropped:
-            session.logger.note(f"{len(samples.dropped)} row(s) dropped: no answer token fits in cutoff_len "
-                                f"{config.cutoff_len} (first: {samples.dropped[0]}).")
+        note = untrained_note(samples, cutoff_len)
+        if note:
+            session.logger.note(note)
         if samples.truncated:
             limit = f"{cutoff_len} tokens" + (f" (cutoff_len {config.cutoff_len} less one, as packing has it)"
                                               if cutoff_len != config.cutoff_len else "")

@@ -31,10 +31,14 @@ IGNORE_INDEX = -100
 
 # --- batches (engine.data.collator.PreferenceCollator puts the N chosen rows first, then the N rejected) -----------
 
-def has_trained_tokens(pair: dict) -> bool:
-    """A pair trains only if both answers kept at least one labelled token after the cutoff."""
-    return any(t != IGNORE_INDEX for t in pair["chosen_labels"]) and any(
-        t != IGNORE_INDEX for t in pair["rejected_labels"])
+LF_DIVIDES_BY_ZERO = (" LLaMA-Factory's {what} divides their log-probability by their length of 0 there (NaN); here "
+                      "they add nothing to the gradient.")
+
+
+def divides_by_answer_length(pref_loss: str, pref_ftx: float) -> bool:
+    """Whether LLaMA-Factory divides an answer's log-probability by its token count: the ipo, orpo and simpo losses,
+    and the SFT term pref_ftx adds. An answer truncation left empty gives 0/0 (NaN) there; here, nothing."""
+    return pref_loss in ("ipo", "orpo", "simpo") or pref_ftx > 1e-6
 
 
 # --- log-probabilities -----------------------------------------------------------------------------------------------
@@ -179,10 +183,16 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def orpo_loss(policy: PairLogps, beta: float) -> PreferenceOutput:
-    """ORPO (Hong et al. 2024): SFT on the chosen answer plus β·odds-ratio loss, on mean per-token log-probs."""
+    """ORPO (Hong et al. 2024): SFT on the chosen answer plus β·odds-ratio loss, on mean per-token log-probs.
+
+    An answer truncation left empty has no odds (its mean log-prob is 0: p = 1): its pair's odds-ratio term is 0,
+    computed on a stand-in value, since an infinite one would turn the gradient NaN even where it is not chosen."""
     chosen, rejected = policy.chosen_mean, policy.rejected_mean
-    log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))
-    losses = -chosen + beta * -F.logsigmoid(log_odds)
+    has_odds = (policy.chosen_tokens > 0) & (policy.rejected_tokens > 0)
+    stand_in = torch.full_like(chosen, -1.0)
+    odds_chosen, odds_rejected = torch.where(has_odds, chosen, stand_in), torch.where(has_odds, rejected, stand_in)
+    log_odds = (odds_chosen - odds_rejected) - (log1mexp(odds_chosen) - log1mexp(odds_rejected))
+    losses = -chosen + beta * torch.where(has_odds, -F.logsigmoid(log_odds), torch.zeros_like(log_odds))
     return PreferenceOutput(losses, beta * chosen.detach(), beta * rejected.detach(), chosen.detach(),
                             rejected.detach())
 

@@ -76,16 +76,18 @@ class Session:
         """Every recipe's data step, in LLaMA-Factory's order: ``load(config.dataset)`` reads the rows, val_size holds
         some out (``holdout_indices``: the very rows LLaMA-Factory holds out), then ``encode`` turns the train rows
         and the held-out rows (or ``load(eval_dataset)``) into samples; logged, and read from / saved to
-        tokenized_path (see ``tokenized``). DataError(``empty``) when no train sample is left; ``describe``
+        tokenized_path (see ``tokenized``). DataError(``empty``) when no train sample trains anything; ``describe``
         may check the train samples and return words for the log line; ``held_out`` gets the held-out rows."""
         config = self.config
 
         def build() -> tuple[list, list]:
+            from engine.data.encode import trains_anything
+
             rows = load(config.dataset)
             train_rows, eval_rows = split_validation(rows, config.val_size, config.seed)
             self.rows_digest = content_digest(train_rows, self.encoding_settings())
             train = encode(train_rows)
-            if not train:
+            if not trains_anything(train):  # rows that train nothing are kept, but not a run of only those
                 raise DataError(empty)
             detail = describe(train) if describe else None
             if held_out is not None and eval_rows:
@@ -171,23 +173,30 @@ class Session:
         return load_texts(names, self.dataset_dir(), **self.data_options())
 
     def preference_pairs(self, examples: list[dict]) -> list[dict]:
-        """Encoded pairs with a trained token on both answers; dropped and identical pairs are reported."""
+        """Encoded pairs, one per row as in LLaMA-Factory; pairs that train nothing and identical pairs are
+        reported."""
         from engine.data import encode_preference
-        from engine.training.preference import has_trained_tokens
+        from engine.data.encode import untrained_note
+        from engine.training.preference import LF_DIVIDES_BY_ZERO, divides_by_answer_length
 
         config, logger = self.config, self.logger
         encoded = encode_preference(examples, self.tokenizer, self.template, config.cutoff_len)
-        if encoded.dropped:
-            logger.note(f"{len(encoded.dropped)} pair(s) dropped: no answer token fits in cutoff_len "
-                        f"{config.cutoff_len} (first: {encoded.dropped[0]}).")
+        note = untrained_note(encoded, config.cutoff_len, "pair")
+        if note:
+            if config.stage == "dpo" and divides_by_answer_length(config.pref_loss, config.pref_ftx):
+                loss = "pref_ftx SFT term" if config.pref_loss not in ("ipo", "orpo", "simpo") else config.pref_loss
+                note += LF_DIVIDES_BY_ZERO.format(what=loss)
+            logger.note(note)
         if encoded.truncated:
             logger.info(f"{encoded.truncated} pair(s) cut to cutoff_len {config.cutoff_len}")
         # Identical answers give a zero gradient and a reward margin stuck at 0: say so rather than train on them.
-        same = [pair for pair in encoded if pair["chosen_input_ids"] == pair["rejected_input_ids"]]
+        untrained = set(encoded.untrained)
+        same = [pair for pair, example in zip(encoded, examples) if example.get("source", "?") not in untrained
+                and pair["chosen_input_ids"] == pair["rejected_input_ids"]]
         if same:
             logger.note(f"{len(same)} pair(s) have the same chosen and rejected answer (after cutoff_len) and "
                         "teach nothing; fix those rows or raise cutoff_len.")
-        return [pair for pair in encoded if has_trained_tokens(pair)]
+        return list(encoded)
 
     def load_pairs(self, names: str) -> list[dict]:
         return self.load_examples(names, ranking=True)

@@ -78,7 +78,7 @@ def test_truncation_keeps_part_of_the_answer(qwen_tokenizer):
                                 {"role": "assistant", "content": "The answer is a fairly long sentence " * 8}],
                    "system": None, "tools": None, "source": "long:1"}
     samples = encode_supervised([long_prompt, MULTI], tok, template, cutoff_len=48)
-    assert samples.truncated == 2 and samples.dropped == []
+    assert samples.truncated == 2 and samples.untrained == []
     for sample in samples:
         assert len(sample["input_ids"]) <= 48
         assert sum(label != IGNORE_INDEX for label in sample["labels"]) > 0
@@ -114,15 +114,25 @@ def test_multi_turn_truncation_is_llamafactorys(qwen_tokenizer, cutoff_len, mask
     assert (sample["input_ids"], sample["labels"]) == (input_ids, labels)
 
 
-def test_rows_without_trained_tokens_are_dropped_and_counted(qwen_tokenizer):
+def test_rows_without_trained_tokens_are_kept_and_counted(qwen_tokenizer):
+    # LLaMA-Factory keeps them (they count in its examples and steps, and train nothing): SFT, DPO/RM and KTO alike.
+    from engine.data.feedback import encode_feedback
+
     tok, template = qwen_tokenizer, get_template("qwen", qwen_tokenizer)
-    squeezed = {"messages": [{"role": "user", "content": "word " * 300}, {"role": "assistant", "content": "ok"}],
-                "system": None, "tools": None, "source": "long:7"}
+    asked = [{"role": "user", "content": "word " * 300}]
+    squeezed = {"messages": asked + [{"role": "assistant", "content": "ok"}], "system": None, "tools": None,
+                "source": "long:7"}
     answer_len = len(_ids(tok, "ok<|im_end|>\n"))
     # At a cutoff of twice the answer, the proportional share of a 300-word prompt leaves the answer 0 tokens.
     samples = encode_supervised([squeezed, MULTI], tok, template, cutoff_len=2 * answer_len)
-    assert samples.dropped == ["long:7"] and len(samples) == 1
-    assert count_trained_tokens(samples) > 0
+    assert samples.untrained == ["long:7"] and len(samples) == 2
+    assert samples[0]["labels"] == [IGNORE_INDEX] * 2 * answer_len and count_trained_tokens(samples[1:]) > 0
+    pair = {"messages": asked, "chosen": "ok", "rejected": "no", "system": None, "tools": None, "source": "long:8"}
+    pairs = encode_preference([pair], tok, template, cutoff_len=2 * answer_len)
+    assert pairs.untrained == ["long:8"] and len(pairs) == 1 and count_trained_tokens(pairs) == 0
+    rows = [{**squeezed, "kto_tag": True}, {**MULTI, "kto_tag": False, "messages": MULTI["messages"][-2:]}]
+    feedback = encode_feedback(rows, tok, template, cutoff_len=2 * answer_len)
+    assert feedback.untrained == ["long:7"] and len(feedback) == 2
     with pytest.raises(DataError, match="cutoff_len"):
         encode_supervised([MULTI], tok, template, cutoff_len=1)
 

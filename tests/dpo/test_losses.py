@@ -171,6 +171,23 @@ def test_pref_ftx_adds_sft_on_the_chosen_answer(loss):
     assert (mixed - plain).tolist() == pytest.approx([0.5 * 3.0, 0.5 * 3.0])
 
 
+@pytest.mark.parametrize("loss", ["sigmoid", "hinge", "ipo", "orpo", "simpo"])
+def test_a_pair_truncation_left_empty_keeps_every_gradient_finite(loss):
+    # Pairs that train nothing are kept, as LLaMA-Factory keeps them; an empty answer (0 tokens, log-prob 0) must
+    # leave the other pairs' gradients finite, with or without pref_ftx (ORPO's odds of it are infinite).
+    chosen = torch.tensor([-12.0, 0.0, -9.0], requires_grad=True)
+    rejected = torch.tensor([-15.0, 0.0, 0.0], requires_grad=True)
+    policy = PairLogps(chosen, rejected, torch.tensor([4, 0, 3]), torch.tensor([5, 0, 0]))
+    reference = PairLogps(torch.tensor([-13.0, 0.0, -8.0]), torch.tensor([-14.0, 0.0, 0.0]), policy.chosen_tokens,
+                          policy.rejected_tokens)
+    for ftx in (0.0, 0.5):
+        out = preference_loss(PreferenceSettings(loss, pref_ftx=ftx), policy, reference)
+        chosen.grad = rejected.grad = None
+        out.losses.sum().backward()
+        assert torch.isfinite(out.losses).all() and torch.isfinite(chosen.grad).all()
+        assert torch.isfinite(rejected.grad).all() and chosen.grad[0] != 0
+
+
 def test_log1mexp_is_accurate_near_zero_and_far_below():
     x = torch.tensor([-1e-7, -1e-3, -0.5, -0.7, -2.0, -40.0], dtype=torch.float64)
     want = [math.log(-math.expm1(v)) for v in x.tolist()]

@@ -135,26 +135,24 @@ def test_lf_packing_follows_the_configs_preprocessing_batches():
     assert rows[1000, None] != rows[7, None]
 
 
-def test_packing_batches_are_cut_from_the_rows_not_from_what_encoding_kept():
-    """LLaMA-Factory packs each preprocessing batch of ROWS; a row that encoding drops (no answer token left) leaves
-    its batch shorter and the next batches keep their rows (cutting the kept samples afresh moved every later
-    boundary)."""
+def test_rows_that_train_nothing_are_packed_with_their_batch():
+    """LLaMA-Factory packs each preprocessing batch of ROWS, a row whose answer truncation cut away included: it
+    takes its room in a packed row there, so here too (leaving it out moved every later batch boundary)."""
     import engine
     from engine.data.chunks import preprocessing_chunks
-    from engine.data.encode import EncodedSamples, encode_in_chunks
+    from engine.data.encode import IGNORE_INDEX, EncodedSamples, encode_in_chunks
     from engine.training.batching import build_batcher
 
-    rows = [{"length": 20, "source": f"d:{i}", "dropped": i in (1, 5)} for i in range(9)]
+    rows = [{"length": 20, "source": f"d:{i}", "trains": i not in (1, 5)} for i in range(9)]
 
     def encode(part):  # as encode_supervised reports a row with no trained token
-        kept = [{"input_ids": [1] * r["length"], "labels": [1] * r["length"]} for r in part if not r["dropped"]]
-        return EncodedSamples(kept, dropped=[r["source"] for r in part if r["dropped"]])
+        samples = [{"input_ids": [1] * r["length"], "labels": [1 if r["trains"] else IGNORE_INDEX] * r["length"]}
+                   for r in part]
+        return EncodedSamples(samples, untrained=[r["source"] for r in part if not r["trains"]])
 
     samples = encode_in_chunks(encode, rows, preprocessing_chunks(len(rows), 3, None))
-    assert samples.dropped == ["d:1", "d:5"] and len(samples) == 7
-    assert samples.chunks == [range(0, 2), range(2, 4), range(4, 7)]  # rows 0,2 | 3,4 | 6,7,8
+    assert samples.untrained == ["d:1", "d:5"] and len(samples) == 9
+    assert samples.chunks == [range(0, 3), range(3, 6), range(6, 9)]
     config = engine.load_config({"stage": "sft", "packing": True, "cutoff_len": 256, "preprocessing_batch_size": 3})
     packed = build_batcher(config, samples, None, pad_token_id=0).rows
-    assert sorted(sorted(row) for row in packed) == [[0, 1], [2, 3], [4, 5, 6]]
-    by_count = build_batcher(config, list(samples), None, pad_token_id=0).rows  # what cutting the kept samples gave
-    assert sorted(sorted(row) for row in by_count) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert sorted(sorted(row) for row in packed) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
