@@ -13,6 +13,15 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def fmt_age(seconds: float) -> str:
+    """How long ago, in the largest whole unit: ``90`` -> ``1 min``, ``11000`` -> ``3 h``, ``200000`` -> ``2 d``."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
 def metric_words(name: str) -> str:
     """A metric's name in a sentence, in the interface language (``metric.<name>`` in the catalogs):
     ``rewards/accuracies`` -> ``reward accuracies``; a metric the catalogs do not name reads as its key."""

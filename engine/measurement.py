@@ -57,6 +57,15 @@ class Measurement:
     """``notes`` as engine.messages.Message dicts, one per note."""
     wall_s: float = 0.0
     """How long the pre-flight itself took (filled in by the launcher)."""
+    measured_at: float | None = None
+    """When it ended, in seconds since the epoch (filled in by the launcher; None in one stored before this was
+    kept): a stored measurement shown again says how old it is."""
+    load_per_cpu: float | None = None
+    """The 1-minute load average per CPU this process may use, read just before the measuring process started:
+    the other work on the machine (filled in by the launcher)."""
+    cpu_share: float | None = None
+    """CPU seconds the measuring process got per second of its timed steps (a CPU device only; None on a GPU,
+    whose steps wait on the device)."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -65,6 +74,59 @@ class Measurement:
     def from_dict(cls, data: dict) -> Measurement:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
+
+
+# Other work on this many of the CPUs (the load average before measuring, per CPU) or a measuring process that got
+# less than this share of one CPU's time makes the step time a measure of the machine's load rather than of the
+# run: on 2 shared cores the same config measured 1.28 s/step idle and 51 s/step busy.
+BUSY_LOAD_PER_CPU = 0.75
+BUSY_CPU_SHARE = 0.5
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity, where the platform tells it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def load_per_cpu() -> float | None:
+    """The 1-minute load average divided by the usable CPUs, or None where the platform has no load average."""
+    try:
+        return os.getloadavg()[0] / usable_cpus()
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_note(measurement: Measurement) -> Message | None:
+    """Why the measured step time says more about the machine's other work than about the run, or None when the
+    machine was not busy (or nothing tells)."""
+    load, share, cpus = measurement.load_per_cpu, measurement.cpu_share, usable_cpus()
+    busy_load = load is not None and load >= BUSY_LOAD_PER_CPU
+    starved = share is not None and share < BUSY_CPU_SHARE
+    if not (busy_load or starved):
+        return None
+    fields = {"load": f"{load * cpus:.1f}" if busy_load else None, "cpus": cpus,
+              "share": f"{share:.2f}" if starved else None}
+    said = {"measure.busy_load": f"load {fields['load']} on {cpus} CPUs before measuring",
+            "measure.busy_cpu": f"the measuring process got {fields['share']} CPU-seconds a second",
+            "measure.busy_both": f"load {fields['load']} on {cpus} CPUs before measuring; the measuring process got "
+                                 f"{fields['share']} CPU-seconds a second"}
+    code = "measure.busy_both" if busy_load and starved else "measure.busy_load" if busy_load else "measure.busy_cpu"
+    why = Message(code, said[code], {key: value for key, value in fields.items() if value is not None})
+    text = (f"measured on a busy machine ({why}): the step time and the prediction may be far off; measure again "
+            "when the machine is quieter")
+    return Message("measure.busy", text, {"why": why})
+
+
+def with_busy_note(measurement: Measurement) -> Measurement:
+    """``measurement`` with the busy note among its notes when the machine was busy."""
+    note = busy_note(measurement)
+    if note is not None:
+        measurement.notes.append(note.text)
+        measurement.note_messages.append(note.to_dict())
+    return measurement
 
 
 class MeasureCancelled(EngineError):
@@ -91,7 +153,7 @@ def measure_steps(config, *, steps: int = 3, env: dict[str, str] | None = None,
     """Time ``steps`` real optimizer steps (after one warm-up step on the longest micro-batches) of ``config`` in a
     child process pinned by ``env`` (the run's device choice). EngineError with the reason when it cannot run;
     MeasureCancelled when ``should_stop()`` turned true."""
-    began = time.time()
+    began, load = time.time(), load_per_cpu()
     with tempfile.TemporaryDirectory(prefix="lfa-preflight-") as folder:
         path = _config_file(config, Path(folder))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
@@ -113,7 +175,9 @@ def measure_steps(config, *, steps: int = 3, env: dict[str, str] | None = None,
                 time.sleep(0.2)
             out.seek(0)
             lines = out.read().splitlines()
-    return _result(process.returncode, lines, time.time() - began)
+    measurement = _result(process.returncode, lines, time.time() - began)
+    measurement.measured_at, measurement.load_per_cpu = time.time(), load
+    return with_busy_note(measurement)
 
 
 def _result(returncode: int, lines: list[str], wall_s: float) -> Measurement:

@@ -449,6 +449,8 @@ STRINGS: dict[str, str] = {
     "preflight.no_fit": "Does not fit even with a micro-batch of 1: {why}",
     "preflight.failed": "Pre-flight failed: {error}",
     "preflight.continue_after": "Continuing once the pre-flight is done…",
+    "preflight.age": "(measured {ago} ago)",
+    "preflight.age_unknown": "(when it was measured was not recorded)",
     "train.eta": "ETA {eta}",
     "train.eta_preflight": "ETA ~{eta} (pre-flight)",
     "loss.metric": "{name} {first} → {last}.",

@@ -105,25 +105,27 @@ class Bench:
                                      gradient_accumulation_steps=grad_accum)
         return config, StepPlan.build(config, self.task, self.strategy)
 
-    def run(self, config: TrainConfig, plan: StepPlan, groups: list, limit: int | None) -> list[tuple[list, float]]:
-        """Step through ``groups``; (group, seconds) of each timed step. The first is a warm-up (first calls
-        allocate and pick kernels) and is timed only when it alone takes longer than the time budget."""
+    def run(self, config: TrainConfig, plan: StepPlan, groups: list,
+            limit: int | None) -> list[tuple[list, float, float]]:
+        """Step through ``groups``; (group, seconds, CPU seconds of this process) of each timed step. The first is
+        a warm-up (first calls allocate and pick kernels) and is timed only when it alone takes longer than the
+        time budget."""
         stepper = make_stepper(config, self.task, plan, self.session, self.strategy, self.model)
         optimizer, scheduler = stepper.optimizer, stepper.scheduler
         device = self.session.device
-        timed: list[tuple[list, float]] = []
+        timed: list[tuple[list, float, float]] = []
         try:
             for index, group in enumerate(groups):
-                began = time.perf_counter()
+                began, cpu_began = time.perf_counter(), time.process_time()
                 stepper.step(group)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                took = time.perf_counter() - began
+                took, cpu_took = time.perf_counter() - began, time.process_time() - cpu_began
                 if index == 0 and limit is not None and _peak(device) > FIT_SHARE * limit:
                     raise peak_too_high(_peak(device), limit)
                 if index or took > TIME_BUDGET_S:  # a step this slow is its compute, not first-call costs
-                    timed.append((group, took))
-                if sum(seconds for _, seconds in timed) > TIME_BUDGET_S:
+                    timed.append((group, took, cpu_took))
+                if sum(seconds for _, seconds, _ in timed) > TIME_BUDGET_S:
                     break
         except Exception as exc:
             if not isinstance(exc, DoesNotFit) and not _is_oom(exc):
@@ -214,8 +216,10 @@ def measure(config: TrainConfig, steps: int = 3) -> Measurement:
         except DoesNotFit as exc:
             return _not_fitting(session, config, bench.plan(1, config.gradient_accumulation_steps)[1], startup,
                                 limit, exc.message, notes)
-        times = [seconds for _, seconds in timed]
-        tokens_per_s = sum(group_tokens(g, task.train_samples) for g, _ in timed) / max(sum(times), 1e-9)
+        times = [seconds for _, seconds, _ in timed]
+        tokens_per_s = sum(group_tokens(g, task.train_samples) for g, _, _ in timed) / max(sum(times), 1e-9)
+        # Steps on a GPU wait for the device: their CPU time says nothing about other work on the machine.
+        cpu_share = sum(cpu for _, _, cpu in timed) / max(sum(times), 1e-9) if session.device.type == "cpu" else None
         total_tokens, total_steps = run_tokens(plan, task.train_samples)
         predicted = startup + total_tokens / max(tokens_per_s, 1e-9)
         strategy = _strategy_name(config)
@@ -230,7 +234,7 @@ def measure(config: TrainConfig, steps: int = 3) -> Measurement:
                            peak_bytes=_peak(session.device), limit_bytes=limit, total_steps=total_steps,
                            predicted_s=predicted, fits=True, proposal=proposal, reason=reason.text if reason else "",
                            notes=[note.text for note in notes], reason_message=reason.to_dict() if reason else None,
-                           note_messages=[note.to_dict() for note in notes])
+                           note_messages=[note.to_dict() for note in notes], cpu_share=cpu_share)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

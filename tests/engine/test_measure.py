@@ -57,9 +57,21 @@ def test_the_longest_steps_are_measured_first():
 
 
 def test_preflight_times_real_steps_and_writes_nothing_of_the_run(demo_model_dir, tmp_path, monkeypatch):
+    import os
+    import time
+
+    from engine.measurement import usable_cpus
+
     monkeypatch.chdir(tmp_path)
     config = tiny_config(demo_model_dir, tmp_path)
+    # Other work on every CPU before measuring: the measurement says so, with the load it saw.
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0 * usable_cpus(), 0.0, 0.0))
+    began = time.time()
     measured = engine.api.measure_steps(config, steps=2)
+    assert began <= measured.measured_at <= time.time() and measured.load_per_cpu == 3.0
+    assert measured.cpu_share is not None and measured.cpu_share > 0  # the CPU time its timed steps got
+    assert "measured on a busy machine (load" in measured.notes[-1] and "may be far off" in measured.notes[-1]
+    assert measured.note_messages[-1]["code"] == "measure.busy"
     assert measured.fits and measured.proposal is None and measured.device == "cpu"
     assert 1 <= measured.steps_timed <= 2 and measured.step_s > 0 and measured.tokens_per_s > 0
     assert measured.micro_batch == 4 and measured.grad_accum == 2
@@ -77,3 +89,24 @@ def test_preflight_failure_says_why(tmp_path, monkeypatch):
                                  "dataset_dir": str(REPO / "data"), "template": "qwen"})
     with pytest.raises(engine.errors.EngineError, match="pre-flight could not run"):
         engine.api.measure_steps(config, steps=1)
+
+
+def test_a_busy_machine_is_named_from_the_load_or_the_cpu_time_the_steps_got():
+    from engine.measurement import Measurement, busy_note, usable_cpus, with_busy_note
+
+    def measured(**over):
+        return Measurement(**{**dict(device="cpu", micro_batch=1, grad_accum=1, steps_timed=3, step_s=1.3,
+                                     tokens_per_s=90.0, startup_s=6.0, peak_bytes=2**30, limit_bytes=2**33,
+                                     total_steps=20, predicted_s=32.0, fits=True), **over})
+
+    assert busy_note(measured(load_per_cpu=0.1, cpu_share=1.6)) is None  # a quiet machine: nothing to say
+    assert busy_note(measured()) is None  # nothing measured tells (a stored pre-flight from before)
+    loaded = busy_note(measured(load_per_cpu=1.5, cpu_share=1.2))
+    assert loaded.fields["why"].code == "measure.busy_load"
+    assert f"load {1.5 * usable_cpus():.1f} on {usable_cpus()} CPUs before measuring" in loaded.text
+    starved = busy_note(measured(load_per_cpu=0.2, cpu_share=0.04))  # 51 s/step where 1.28 was measured idle
+    assert "the measuring process got 0.04 CPU-seconds a second" in starved.text and "far off" in starved.text
+    assert busy_note(measured(load_per_cpu=2.0, cpu_share=0.1)).fields["why"].code == "measure.busy_both"
+    noted = with_busy_note(measured(cpu_share=0.1, notes=["earlier"], note_messages=[{"code": "x", "text": "earlier"}]))
+    assert noted.notes[0] == "earlier" and noted.notes[1] == starved.text.replace("0.04", "0.10")
+    assert [m["code"] for m in noted.note_messages] == ["x", "measure.busy"]

@@ -85,6 +85,6 @@ def answer_preflight_at_once(monkeypatch, *, micro_batch: int = 1) -> None:
     def measure_steps(config, **_kwargs):
         return Measurement(device="cpu", micro_batch=micro_batch, grad_accum=1, steps_timed=3, step_s=0.4,
                            tokens_per_s=900.0, startup_s=6.0, peak_bytes=700 * 2**20, limit_bytes=16 * 2**30,
-                           total_steps=20, predicted_s=14.0, fits=True)
+                           total_steps=20, predicted_s=14.0, fits=True, measured_at=time.time())
 
     monkeypatch.setattr(engine.api, "measure_steps", measure_steps)

@@ -228,3 +228,23 @@ def test_a_measurement_belongs_to_the_config_it_measured():
     assert preflight.current(state, dict(fitted, cutoff_len=1024)) is None
     lines = [line for _level, line in preflight.describe(found)]
     assert "4.0 GiB" not in lines[0] and "30.0 GiB of 40.0 GiB" in lines[0] and "1:10" in lines[1]
+
+
+def test_a_stored_measurement_says_how_old_it_is():
+    import time
+
+    from engine.measurement import Measurement
+    from assistant.wizard.stages import preflight
+
+    now = time.time()
+    found = Measurement(device="cpu", micro_batch=1, grad_accum=1, steps_timed=3, step_s=1.28, tokens_per_s=90.0,
+                        startup_s=6.0, peak_bytes=2**30, limit_bytes=2**33, total_steps=20, predicted_s=32.0,
+                        fits=True, measured_at=now - 3 * 3600 - 60)
+    assert preflight.describe(found, now=now)[0][1].endswith("(measured 3 h ago)")  # --resume a day later
+    found.measured_at = now - 20
+    assert "measured" not in preflight.describe(found, now=now)[0][1]  # the one just taken: no age
+    found.measured_at = None  # kept before the time was
+    assert preflight.describe(found, now=now)[0][1].endswith("(when it was measured was not recorded)")
+    from assistant.formatting import fmt_age
+
+    assert [fmt_age(s) for s in (5, 90, 11000, 200000)] == ["5 s", "1 min", "3 h", "2 d"]

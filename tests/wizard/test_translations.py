@@ -435,3 +435,14 @@ def test_an_adapted_example_and_a_missing_one_are_said_in_chinese(zh, skill, tmp
     with pytest.raises(Exception) as missing:
         model.example_for(preference, "qwen3", "lora")
     assert str(missing.value).startswith("The example ") and "is missing: reinstall lf-assistant" in str(missing.value)
+
+
+def test_a_busy_machine_and_a_measurements_age_read_in_chinese(zh):
+    from assistant.wizard.stages import preflight
+    from engine.measurement import with_busy_note
+
+    m = with_busy_note(_measured(load_per_cpu=2.0, cpu_share=0.1, measured_at=1000.0))
+    lines = [line for _level, line in preflight.describe(m, now=1000.0 + 3 * 3600)]
+    assert "3 h前实测" in lines[0] and "实测时机器繁忙" in lines[-1] and "0.10" in lines[-1]
+    for line in lines:
+        assert not english_left(line), english_left(line)

@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from assistant.formatting import fmt_duration
+from assistant.formatting import fmt_age, fmt_duration
 from assistant.i18n import t, t_message
 from assistant.wizard.state import WizardState
 
@@ -82,14 +82,33 @@ def note_words(measurement) -> list[str]:
     return [t_message(coded[i], note) if coded else note for i, note in enumerate(measurement.notes)]
 
 
-def describe(measurement) -> list[tuple[str, str]]:
-    """(level, line) pairs: level "" for facts, "warning" for what needs attention."""
+# A measurement younger than this is the one just taken: its age would only be noise.
+FRESH_S = 60.0
+
+
+def age_words(measurement, now: float | None = None) -> str:
+    """When the measurement was taken ("measured 3 h ago"), "" for one just taken; one stored before the time was
+    kept says so."""
+    import time
+
+    if measurement.measured_at is None:
+        return t("preflight.age_unknown")
+    age = (now if now is not None else time.time()) - measurement.measured_at
+    return t("preflight.age", ago=fmt_age(age)) if age >= FRESH_S else ""
+
+
+def describe(measurement, now: float | None = None) -> list[tuple[str, str]]:
+    """(level, line) pairs: level "" for facts, "warning" for what needs attention. A stored measurement shown
+    again says how old it is."""
     m = measurement
     notes = note_words(m)
+    age = age_words(m, now)
     if not m.fits:
-        return [("warning", t("preflight.no_fit", why=reason_words(m))), *(("warning", note) for note in notes)]
-    lines = [("", t("preflight.result", device=m.device.split(":")[0].upper(), step=f"{m.step_s:.2f}",
-                     tps=f"{m.tokens_per_s:,.0f}", peak=gib(m.peak_bytes), free=gib(m.limit_bytes))),
+        return [("warning", " ".join(part for part in (t("preflight.no_fit", why=reason_words(m)), age) if part)),
+                *(("warning", note) for note in notes)]
+    result = t("preflight.result", device=m.device.split(":")[0].upper(), step=f"{m.step_s:.2f}",
+               tps=f"{m.tokens_per_s:,.0f}", peak=gib(m.peak_bytes), free=gib(m.limit_bytes))
+    lines = [("", " ".join(part for part in (result, age) if part)),
              ("", t("preflight.prediction", total=fmt_duration(m.predicted_s), steps=m.total_steps,
                     startup=fmt_duration(m.startup_s)))]
     if m.proposal:
