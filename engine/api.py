@@ -309,7 +309,8 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
         data["resume_from_checkpoint"] = start_from
         dump_yaml(data, config_path)
         run.clear_stop_request()
-        run.update_status(state=RunState.PENDING, exit_reason=None, finished_at=None, resumed_at=time.time())
+        run.update_status(state=RunState.PENDING, exit_reason=None, finished_at=None, resumed_at=time.time(),
+                          eta_s=None)  # the killed attempt's ETA would count down to 0:00 while this one loads
         run.append_event("resume_requested")
     except BaseException:
         for lock in locks:

@@ -453,6 +453,7 @@ STRINGS: dict[str, str] = {
     "preflight.age_unknown": "(when it was measured was not recorded)",
     "train.eta": "ETA {eta}",
     "train.eta_preflight": "ETA ~{eta} (pre-flight)",
+    "train.eta_estimating": "ETA estimating…",
     "loss.metric": "{name} {first} → {last}.",
     "key.chat": "chat",
     "validate.run_again": "Run again",

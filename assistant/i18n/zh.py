@@ -544,6 +544,7 @@ STRINGS: dict[str, str] = {
     "engine.config.bounds_two": "{first} 且 {second}",
     "train.eta": "预计剩余 {eta}",
     "train.eta_preflight": "预计剩余约 {eta}（预检）",
+    "train.eta_estimating": "预计剩余：估算中…",
     "loss.metric": "{name} {first} → {last}。",
     "key.chat": "对话",
     "validate.run_again": "再运行一次",

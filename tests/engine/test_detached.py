@@ -41,7 +41,9 @@ def test_killed_run_is_failed_then_resumes(demo_model_dir, tmp_path):
 
     # Make the resumed run short: same config, fewer total steps is not allowed (the schedule would change),
     # so resume and then stop it cleanly once it has gone past the checkpoint.
+    assert status.eta_s is not None  # the killed attempt's, logged every step
     resumed = engine.resume(handle.run_id, runs_dir=tmp_path / "runs", detach=True)
+    assert resumed.status().eta_s is None  # not counted down to 0:00 while the resumed process starts
     assert wait_for(lambda: any(e["event"] == "resumed" for e in resumed.run.read_events()))
     assert wait_for(lambda: (resumed.status().step or 0) > last_step + 2)
     engine.stop(handle.run_id, runs_dir=tmp_path / "runs")

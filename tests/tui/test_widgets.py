@@ -1,6 +1,6 @@
 """Small rendering rules that keep the 80x24 layout readable: the run id, wrapped log lines, empty answers."""
 
-from assistant.tui.screens.train import metric_label, since_logged, wrap_lines
+from assistant.tui.screens.train import eta_words, metric_label, since_logged, wrap_lines
 from assistant.tui.screens.validate import answer_markup
 from assistant.tui.widgets.board import RUN_ID_WIDTH, short_run_id
 
@@ -36,6 +36,25 @@ def test_elapsed_and_eta_keep_moving_between_logged_steps():
     assert since_logged(live, metrics, "eta_s", now=5000.0) == 0.0  # late: never a negative ETA
     ended = RunStatus(state="completed", elapsed_s=100.0)
     assert since_logged(ended, metrics, "elapsed_s", now=1060.0) == 100.0  # an ended run's clock stopped
+
+
+def test_before_the_first_logged_step_the_eta_is_the_preflights_and_never_runs_out():
+    from engine.runstatus import RunStatus
+
+    measured = {"predicted_s": 70.0, "startup_s": 20.0, "total_steps": 100}  # 0.5 s a step after 20 s start-up
+    loading = RunStatus(state="running", step=0, total_steps=100, started_at=1000.0)
+    assert eta_words(loading, [], measured, now=1005.0) == "ETA ~1:05 (pre-flight)"  # start-up still ahead
+    # A slow start-up: the whole prediction counted down from the start read 0:00 at step 0.
+    assert eta_words(loading, [], measured, now=1600.0) == "ETA ~0:50 (pre-flight)"
+    resumed = RunStatus(state="pending", step=60, total_steps=100, started_at=1000.0, resumed_at=9000.0)
+    assert eta_words(resumed, [], measured, now=9010.0) == "ETA ~0:30 (pre-flight)"  # 10 s of start-up + 40 steps
+    assert eta_words(loading, [], {}, now=1600.0) == "ETA estimating…"  # no pre-flight: nothing to count down
+    logged = RunStatus(state="running", step=5, total_steps=100, eta_s=300.0)
+    rows = [{"step": 5, "eta_s": 300.0, "time": 1000.0}]
+    assert eta_words(logged, rows, measured, now=1060.0) == "ETA 4:00"  # the run's own, once it logged one
+    # Resumed: the killed attempt's ETA (logged at 1000) is not this attempt's, which began at 9000.
+    stale = RunStatus(state="running", step=5, total_steps=100, eta_s=300.0, started_at=900.0, resumed_at=9000.0)
+    assert eta_words(stale, rows, measured, now=9005.0) == "ETA ~1:02 (pre-flight)"
 
 
 def test_chart_ticks_are_round_evenly_spaced_and_whole_steps():

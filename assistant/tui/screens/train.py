@@ -55,6 +55,25 @@ def since_logged(status: RunStatus, metrics: list[dict], key: str, *, now: float
     return max(0.0, seconds + moved if key == "elapsed_s" else seconds - moved)
 
 
+def eta_words(status: RunStatus, metrics: list[dict], measured: dict, *, now: float | None = None) -> str:
+    """The run's own ETA (from its step times) once this attempt logged one. Before that, the pre-flight's: the
+    start-up still ahead plus its time per step for every step left, which never runs out before a step is done
+    (counting the whole prediction down from the start reached 0:00 while the model was still loading); without
+    a pre-flight, "estimating"."""
+    began = max((when for when in (status.started_at, status.resumed_at) if when), default=None)
+    logged = next((row for row in reversed(metrics) if row.get("eta_s") is not None and row.get("time")), None)
+    # an ETA logged before this attempt began (a killed run's, resumed) counts down a run that is gone
+    if status.eta_s is not None and not (began and logged and logged["time"] < began):
+        return t("train.eta", eta=fmt_duration(since_logged(status, metrics, "eta_s", now=now)))
+    predicted, startup, steps = (measured.get(key) for key in ("predicted_s", "startup_s", "total_steps"))
+    if not (predicted and steps and isinstance(startup, (int, float))):
+        return t("train.eta_estimating")
+    since = max(0.0, (now or time.time()) - began) if began else 0.0
+    per_step = max(0.0, predicted - startup) / steps
+    left = max(0.0, startup - since) + per_step * max(0, (status.total_steps or steps) - (status.step or 0))
+    return t("train.eta_preflight", eta=fmt_duration(left))
+
+
 def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
     """(step, value) of one metric, one point per step: a resumed run logs the steps after its checkpoint again,
     and the later value (the run that went on) is the one kept."""
@@ -304,15 +323,7 @@ class TrainScreen(StageScreen):
         rewards.update(" · ".join(figures))
 
     def _eta(self, status: RunStatus) -> str:
-        """The run's own ETA (from its measured step times) once it logged one; before that, the pre-flight's
-        prediction less the time already spent."""
-        if status.eta_s is not None:
-            return t("train.eta", eta=fmt_duration(since_logged(status, self.metrics, "eta_s")))
-        measured = (self.state.measured or {}).get("result") or {}
-        if measured.get("predicted_s") and status.started_at:
-            left = max(0.0, measured["predicted_s"] - (time.time() - status.started_at))
-            return t("train.eta_preflight", eta=fmt_duration(left))
-        return t("train.eta", eta="-")
+        return eta_words(status, self.metrics, (self.state.measured or {}).get("result") or {})
 
     def _show_hints(self) -> None:
         hints = train.health_hints(self.metrics, self.status, self.stage.settings,
