@@ -107,6 +107,37 @@ class ProcessIdentity:
         return cls(pid=pid, start_time=start, host=host)
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """One resume of a run from a checkpoint, and how far the interrupted attempt before it had got."""
+
+    from_step: int
+    """The step of the checkpoint training continued from."""
+    reached_step: int | None
+    """The last step the interrupted attempt recorded (it logs every logging_steps, so it may have gone a few
+    further); None when unknown (resumed into another run folder)."""
+    at: float
+    """When the resumed attempt started, seconds since the epoch."""
+
+    @property
+    def redone(self) -> int:
+        """Steps trained again: those between the checkpoint and where the interrupted attempt had got."""
+        return max(0, self.reached_step - self.from_step) if self.reached_step is not None else 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> Resumed | None:
+        if not isinstance(data, dict):
+            return None
+        start, reached, at = data.get("from_step"), data.get("reached_step"), data.get("at")
+        counts = [n for n in (start, reached) if n is not None]
+        if not isinstance(start, int) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                  for n in counts):
+            return None
+        if not isinstance(at, (int, float)) or isinstance(at, bool) or not _plausible("at", at):
+            return None
+        return cls(from_step=start, reached_step=reached, at=float(at))
+
+
 @dataclass
 class RunStatus:
     """Everything ``status.json`` holds. Unknown fields in a file are ignored; missing ones take these defaults."""
@@ -130,6 +161,9 @@ class RunStatus:
     epoch: float | None = None
     loss: float | None = None
     elapsed_s: float | None = None
+    """Seconds of training so far, every attempt together (a resumed run goes on from the interrupted one's)."""
+    attempt_elapsed_s: float | None = None
+    """Seconds of training of this attempt alone (since its last resume)."""
     eta_s: float | None = None
     exit_reason: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -143,7 +177,10 @@ class RunStatus:
     final_loss: float | None = None
     final_metrics: dict[str, float] = field(default_factory=dict)
     """A stage's own closing figures (DPO: rewards/accuracies, rewards/margins; RM: accuracy)."""
+    resumes: list[Resumed] = field(default_factory=list)
+    """Each resume from a checkpoint, oldest first: the run was interrupted before each."""
     runtime_s: float | None = None
+    """Seconds of training when the run ended, every attempt together."""
     train_runtime_s: float | None = None
     num_input_tokens_seen: int | None = None
     num_trained_tokens: int | None = None
@@ -186,6 +223,9 @@ class RunStatus:
                     continue
             elif f.name == "process":
                 values["process"] = ProcessIdentity.from_json(value)
+            elif f.name == "resumes":
+                if isinstance(value, list):
+                    values["resumes"] = [item for item in map(Resumed.from_json, value) if item is not None]
             elif f.name == "stage":  # it names a config file and a module to run: only a stage there is
                 if value in STAGES:
                     values["stage"] = value

@@ -53,8 +53,13 @@ STATUS = _fields(
     ("final_loss", "number|null", "The last loss, once the run completed."),
     ("final_metrics", "object", "A stage's own closing figures (DPO: rewards/accuracies, rewards/margins; RM: "
      "accuracy, and heldout_accuracy, or train_pairs_accuracy without held-out pairs; KTO: rewards/margins, kl)."),
-    ("elapsed_s", "number|null", "Seconds of training so far."),
+    ("elapsed_s", "number|null", "Seconds of training so far, every attempt together (a resumed run counts the "
+     "interrupted ones)."),
+    ("attempt_elapsed_s", "number|null", "Seconds of training of the current attempt alone (since its resume)."),
     ("eta_s", "number|null", "Estimated seconds left."),
+    ("resumes", "array of object", "Each resume from a checkpoint, oldest first: from_step (the checkpoint's step), "
+     "reached_step (the last step the interrupted attempt recorded, or null when not known) and at (Unix time); "
+     "the steps between the two were trained again."),
     ("pid", "integer|null", "The training process (torchrun for several processes); verified by start time and "
      "host before anything signals it."),
     ("model", "string|null", "model_name_or_path as the config gave it."),

@@ -377,6 +377,10 @@ STRINGS: dict[str, str] = {
     "summary.rewards": "Final figures:",
     "summary.validation": "Validation:",
     "summary.export": "Export folder:",
+    "summary.resumed": "Interrupted:",
+    "summary.resumed_value": "after step {reached}, resumed from checkpoint {checkpoint}: {redone} step(s) trained again",
+    "summary.resumed_unknown": "resumed from checkpoint {checkpoint} (how far the interrupted run had got is not known)",
+    "summary.runtime_attempts": "{total} over {attempts} attempts (the last {last})",
     "summary.chat": "Chat:",
     # --- review
     "review.title": "Runs",

@@ -377,6 +377,10 @@ STRINGS: dict[str, str] = {
     "summary.rewards": "最终指标：",
     "summary.validation": "验证：",
     "summary.export": "导出目录：",
+    "summary.resumed": "中断：",
+    "summary.resumed_value": "在第 {reached} 步之后中断，从检查点 {checkpoint} 继续：{redone} 步重新训练",
+    "summary.resumed_unknown": "从检查点 {checkpoint} 继续（不知道中断前训练到了哪一步）",
+    "summary.runtime_attempts": "{total}，共 {attempts} 次运行（最后一次 {last}）",
     "summary.chat": "交互测试：",
     # --- review
     "review.title": "运行列表",

@@ -56,6 +56,8 @@ class RunLogger:
         self.window: list[tuple[float, float, int, int]] = []
         self.extra_window: list[dict[str, float]] = []
         self.started = time.time()
+        self.earlier_s = 0.0
+        """Seconds of training of the attempts before this one (a resumed run): elapsed counts them too."""
         self.first_step = 0
         self.total_steps = 0
         self.input_tokens_seen = 0
@@ -97,6 +99,10 @@ class RunLogger:
         self.window_started = self.started
 
     def elapsed(self) -> float:
+        """Seconds of training, this attempt and the ones before it."""
+        return self.earlier_s + self.attempt_elapsed()
+
+    def attempt_elapsed(self) -> float:
         return time.time() - self.started
 
     def step(self, step: int, loss: float, grad_norm: float, lr: float, input_tokens: int, trained_tokens: int,
@@ -112,14 +118,14 @@ class RunLogger:
         now = time.time()
         losses, norms, inputs, trained = zip(*self.window)
         window_s = max(now - self.window_started, 1e-9)
-        elapsed = now - self.started
+        attempt = now - self.started
         done = step - self.first_step
-        eta = elapsed / done * (self.total_steps - step) if done else None
+        eta = attempt / done * (self.total_steps - step) if done else None  # this attempt's pace
         row = {"step": step, "total_steps": self.total_steps, "epoch": round(epoch, 4),
                "loss": round(sum(losses) / len(losses), 6), "grad_norm": round(sum(norms) / len(norms), 6),
                "learning_rate": lr, "tokens_per_second": round(sum(inputs) / window_s, 1),
                "trained_tokens_per_second": round(sum(trained) / window_s, 1),
-               "num_input_tokens_seen": self.input_tokens_seen, "elapsed_s": round(elapsed, 2),
+               "num_input_tokens_seen": self.input_tokens_seen, "elapsed_s": round(self.earlier_s + attempt, 2),
                "eta_s": round(eta, 1) if eta is not None else None,
                "time": now}
         row.update(_window_means(self.extra_window))
@@ -129,7 +135,7 @@ class RunLogger:
         self.run.append_metric(row)
         self.track(step, row)
         self.run.update_status(step=step, loss=row["loss"], eta_s=row["eta_s"], elapsed_s=row["elapsed_s"],
-                               epoch=row["epoch"])
+                               attempt_elapsed_s=round(attempt, 2), epoch=row["epoch"])
         loss_text = "nan" if math.isnan(row["loss"]) else f"{row['loss']:.4f}"
         self.info(f"step {step}/{self.total_steps} loss {loss_text} lr {lr:.3g} "
                   f"grad_norm {row['grad_norm']:.3f} tok/s {row['tokens_per_second']:.0f}")

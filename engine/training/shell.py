@@ -22,7 +22,7 @@ from engine.data.tokenized import TokenizedDataSaved
 from engine.errors import ConfigError, EngineError
 from engine.ownership import claim_output_dir, record_outputs, recording_outputs
 from engine.parallel import setup_strategy
-from engine.runstatus import RunState, RunStatus
+from engine.runstatus import Resumed, RunState, RunStatus
 from engine.rundir import RunDir
 from engine.training import checkpoint as ckpt
 from engine.training.batching import PaddedBatcher, build_batcher
@@ -93,6 +93,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
 
     # 3. Resume: optimizer, schedule, RNG and the data position of the newest complete checkpoint.
     position = Position()
+    resumes = []
     if resume_from:
         state = ckpt.load_training_state(resume_from, strategy.checkpoint_optimizer(optimizer), scheduler)
         changed = ckpt.resume_note(state, digests, plan.total_steps, resume_from)
@@ -103,14 +104,19 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         if changed:
             logger.note(changed)
         position = Position(state["step"], state["epoch"], state["group"])
-        logger.event("resumed", checkpoint=str(resume_from), step=position.step)
-        logger.info(f"resumed from {resume_from} at step {position.step}")
+        resumes = resumed_record(run, logger, position.step)
+        redone = resumes[-1].redone
+        logger.event("resumed", checkpoint=str(resume_from), step=position.step, redone=redone)
+        logger.info(f"resumed from {resume_from} at step {position.step}"
+                    + (f"; steps {position.step + 1}-{position.step + redone} are trained again" if redone else ""))
     elif config.resume_from_checkpoint:
         logger.note(f"resume_from_checkpoint: no complete checkpoint in {output_dir}; starting from step 0.")
     if strategy.is_main:
         with recording_outputs(output_dir, run.run_id):
             _note(logger, session.method.begin(task.model, config, output_dir, resumed=bool(resume_from)))
-    logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps,
+    # An ETA left by an interrupted attempt is no estimate of this one: none until this attempt logged a step.
+    logger.status(state=RunState.RUNNING, step=position.step, total_steps=plan.total_steps, eta_s=None,
+                  attempt_elapsed_s=0.0, **({"resumes": resumes} if resumes else {}),
                   output_dir=str(output_dir), template=session.template.name, base_model=session.model_path,
                   device=str(session.device), parallel=strategy.name, world_size=strategy.world_size)
 
@@ -194,6 +200,18 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
                   final_metrics=final, train_runtime_s=train_runtime)
 
 
+def resumed_record(run: RunDir, logger: RunLogger, from_step: int) -> list[Resumed]:
+    """The run's resumes with this one added, read from the status the interrupted attempt left in this run folder
+    (its last recorded step and its training time, which this attempt's elapsed time goes on from)."""
+    before = run.read_status()
+    saved = Path(before.last_checkpoint or "").name.removeprefix("checkpoint-")
+    # logged every logging_steps, saved every save_steps: the further of the two is how far it is known to have got
+    furthest = max(before.step, int(saved) if saved.isdigit() else 0)
+    reached = furthest if furthest >= from_step else None  # another run folder: nothing known of the attempt
+    logger.earlier_s = (before.elapsed_s or 0.0) if reached is not None else 0.0
+    return [*before.resumes, Resumed(from_step=from_step, reached_step=reached, at=time.time())]
+
+
 def _note(logger: RunLogger, note: str | None) -> None:
     if note:
         logger.info(note)
@@ -203,7 +221,8 @@ def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: s
     if not logger.enabled:
         return RunStatus(state=state, step=step, exit_reason=reason)
     return run.update_status(state=state, step=step, finished_at=time.time(), exit_reason=reason,
-                             runtime_s=logger.elapsed(), num_input_tokens_seen=logger.input_tokens_seen,
+                             runtime_s=logger.elapsed(), attempt_elapsed_s=logger.attempt_elapsed(),
+                             num_input_tokens_seen=logger.input_tokens_seen,
                              num_trained_tokens=logger.trained_tokens_seen, **fields)
 
 

@@ -189,3 +189,35 @@ def test_rows_cut_at_cutoff_len_are_named_before_training(demo_model_dir, tmp_pa
     short = engine.train(tiny_config(demo_model_dir, tmp_path, output_dir=str(tmp_path / "b"), max_steps=1,
                                      cutoff_len=512), runs_dir=tmp_path / "runs")
     assert "longer than cutoff_len" not in " ".join(short.status().notes)
+
+
+def test_a_crashed_run_resumed_in_its_folder_records_the_redone_steps_and_counts_every_attempts_time(
+        demo_model_dir, tmp_path):
+    from engine.runstatus import Resumed
+
+    config = tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1)
+
+    def crash(row):
+        if row.get("step") == 5:  # two steps past checkpoint-3
+            raise RuntimeError("the machine went away")
+
+    with pytest.raises(RuntimeError):
+        engine.train(config, runs_dir=tmp_path / "runs", on_log=crash)
+    from engine.rundir import iter_runs
+
+    run = next(iter_runs(tmp_path / "runs"))
+    crashed = run.read_status()
+    assert crashed.state == "failed" and crashed.step == 5 and crashed.elapsed_s > 0
+    engine.resume(run.run_id, runs_dir=tmp_path / "runs", detach=False)
+    status = run.read_status()
+    assert status.state == "completed" and status.step == 8
+    assert status.resumes == [Resumed(from_step=3, reached_step=5, at=status.resumes[0].at)]
+    assert status.resumes[0].redone == 2
+    # the elapsed time goes on from the crashed attempt's; the last attempt's own is kept beside it
+    assert 0 < status.attempt_elapsed_s < status.runtime_s
+    assert status.runtime_s == pytest.approx(crashed.elapsed_s + status.attempt_elapsed_s, abs=0.05)
+    assert all(row["elapsed_s"] > crashed.elapsed_s for row in run.read_metrics() if row["step"] > 3
+               and "loss" in row)
+    resumed = next(e for e in run.read_events() if e["event"] == "resumed")
+    assert resumed["step"] == 3 and resumed["redone"] == 2
+    assert "steps 4-5 are trained again" in "\n".join(run.tail_log(200))

@@ -36,6 +36,9 @@ def test_elapsed_and_eta_keep_moving_between_logged_steps():
     assert since_logged(live, metrics, "eta_s", now=5000.0) == 0.0  # late: never a negative ETA
     ended = RunStatus(state="completed", elapsed_s=100.0)
     assert since_logged(ended, metrics, "elapsed_s", now=1060.0) == 100.0  # an ended run's clock stopped
+    # Resumed at 5000: the time since the interrupted attempt's last row was no training.
+    resumed = RunStatus(state="running", elapsed_s=100.0, started_at=900.0, resumed_at=5000.0)
+    assert since_logged(resumed, metrics, "elapsed_s", now=5060.0) == 100.0
 
 
 def test_before_the_first_logged_step_the_eta_is_the_preflights_and_never_runs_out():

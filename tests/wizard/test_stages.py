@@ -248,3 +248,26 @@ def test_a_stored_measurement_says_how_old_it_is():
     from assistant.formatting import fmt_age
 
     assert [fmt_age(s) for s in (5, 90, 11000, 200000)] == ["5 s", "1 min", "3 h", "2 d"]
+
+
+def test_the_summary_says_where_a_run_was_interrupted_and_counts_every_attempt(workspace):
+    from assistant.wizard.stages.summary import summarize
+    from engine.rundir import RunDir
+    from engine.runstatus import Resumed
+
+    state = new_state().replace(method="lora")
+    run = RunDir(workspace / "lf_runs" / state.run_id)
+    run.path.mkdir(parents=True)
+    run.update_status(state="completed", step=40, total_steps=40, runtime_s=300.0, attempt_elapsed_s=120.0,
+                      elapsed_s=300.0, resumes=[Resumed(from_step=20, reached_step=39, at=1000.0)])
+    info = summarize(state, run.path)
+    assert info.resumed == "after step 39, resumed from checkpoint 20: 19 step(s) trained again"
+    assert info.runtime == "5:00 over 2 attempts (the last 2:00)"  # not the last attempt's 2:00 alone
+    run.update_status(resumes=[Resumed(from_step=20, reached_step=39, at=1000.0),
+                               Resumed(from_step=30, reached_step=None, at=2000.0)])
+    info = summarize(state, run.path)
+    assert info.resumed.endswith("; resumed from checkpoint 30 (how far the interrupted run had got is not known)")
+    assert info.runtime.startswith("5:00 over 3 attempts")
+    run.update_status(resumes=[])
+    info = summarize(state, run.path)
+    assert info.resumed is None and info.runtime == "5:00"  # in one go: nothing more to say

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
-from assistant.formatting import fmt_duration, safe
+from assistant.formatting import safe
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
 from assistant.wizard.stages.summary import summarize
@@ -29,7 +29,8 @@ class SummaryScreen(StageScreen):
                 ("summary.adapter" if info.output_kind == "adapter" else "summary.model", info.output_dir),
                 ("summary.loss_plot", info.loss_plot),
                 ("summary.training", t("summary.training_value", steps=info.steps, epochs=info.epochs,
-                                       loss=info.final_loss, runtime=fmt_duration(info.runtime_s))),
+                                       loss=info.final_loss, runtime=info.runtime)),
+                ("summary.resumed", info.resumed),
                 ("summary.rewards", info.rewards),
                 ("summary.validation", info.validation),
                 ("summary.export", info.export_dir),

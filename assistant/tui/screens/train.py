@@ -51,8 +51,16 @@ def since_logged(status: RunStatus, metrics: list[dict], key: str, *, now: float
     logged = next((row for row in reversed(metrics) if row.get(key) is not None and row.get("time")), None)
     if seconds is None or status.is_terminal or logged is None or logged[key] != seconds:
         return seconds
+    began = attempt_began(status)
+    if began and logged["time"] < began:  # logged by an interrupted attempt: the time since was no training
+        return seconds
     moved = max(0.0, (now or time.time()) - logged["time"])
     return max(0.0, seconds + moved if key == "elapsed_s" else seconds - moved)
+
+
+def attempt_began(status: RunStatus) -> float | None:
+    """When the run's current attempt started: its launch, or its last resume."""
+    return max((when for when in (status.started_at, status.resumed_at) if when), default=None)
 
 
 def eta_words(status: RunStatus, metrics: list[dict], measured: dict, *, now: float | None = None) -> str:
@@ -60,7 +68,7 @@ def eta_words(status: RunStatus, metrics: list[dict], measured: dict, *, now: fl
     start-up still ahead plus its time per step for every step left, which never runs out before a step is done
     (counting the whole prediction down from the start reached 0:00 while the model was still loading); without
     a pre-flight, "estimating"."""
-    began = max((when for when in (status.started_at, status.resumed_at) if when), default=None)
+    began = attempt_began(status)
     logged = next((row for row in reversed(metrics) if row.get("eta_s") is not None and row.get("time")), None)
     # an ETA logged before this attempt began (a killed run's, resumed) counts down a run that is gone
     if status.eta_s is not None and not (began and logged and logged["time"] < began):

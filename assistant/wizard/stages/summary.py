@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from assistant.formatting import fmt_duration
 from assistant.i18n import t
 from assistant.wizard.stages.train import display_path
 from assistant.wizard.stages.validate import ANSWERS_FILE, INFER_FILE, chat_command
@@ -24,6 +25,7 @@ class Summary:
     epochs: str
     final_loss: str
     runtime_s: float | None
+    """Seconds of training, every attempt together."""
     validation: str | None
     export_dir: str | None
     chat_command: str | None
@@ -33,6 +35,19 @@ class Summary:
     """A few validation rows {prompt, base, tuned, reference?}: the effect of training at a glance."""
     load_hint: str | None = None
     """How to load the result where there is no chat (a reward model)."""
+    resumed: str | None = None
+    """Where the run was interrupted and resumed, and the steps trained again (None when it ran in one go)."""
+    attempts: int = 1
+    attempt_runtime_s: float | None = None
+    """Seconds of training of the last attempt, when there were several."""
+
+    @property
+    def runtime(self) -> str:
+        """The training time; after a resume, every attempt's together and the last one's."""
+        if self.attempts < 2:
+            return fmt_duration(self.runtime_s)
+        return t("summary.runtime_attempts", total=fmt_duration(self.runtime_s), attempts=self.attempts,
+                 last=fmt_duration(self.attempt_runtime_s))
 
 
 def summarize(state: WizardState, run_folder: Path) -> Summary:
@@ -64,7 +79,22 @@ def summarize(state: WizardState, run_folder: Path) -> Summary:
         rewards=figures,
         answers=pick_answers(answers),
         load_hint=reward_model_hint(state, output) if status.stage == "rm" and output else None,
+        resumed=resumed_words(status.resumes),
+        attempts=len(status.resumes) + 1,
+        attempt_runtime_s=status.attempt_elapsed_s if status.resumes else None,
     )
+
+
+def resumed_words(resumes) -> str | None:
+    """Each interruption and resume: 'after step 39, resumed from checkpoint 20: 19 steps trained again'."""
+    said = []
+    for resumed in resumes:
+        if resumed.reached_step is None:
+            said.append(t("summary.resumed_unknown", checkpoint=resumed.from_step))
+        else:
+            said.append(t("summary.resumed_value", reached=resumed.reached_step, checkpoint=resumed.from_step,
+                          redone=resumed.redone))
+    return "; ".join(said) or None
 
 
 def final_figures(status) -> str | None:
