@@ -153,8 +153,9 @@ STRINGS: dict[str, str] = {
     "data.adding": "Bringing the file in…",
     "data.added": "Added {name}: copied into {folder} and registered in dataset_info.json.",
     "data.no_folder": "No dataset folder yet: enter one that holds dataset_info.json and press Enter.",
-    "data.fill_title": "{name} contains placeholders. Give their values; a filled copy is registered as {filled}.",
+    "data.fill_title": "{name} contains placeholders. Give their values; a filled copy is registered as {filled} (an earlier copy with the same rows is used again).",
     "data.filled": "Filled copy written to {path} and registered as {name}.",
+    "data.filled_again": "The same filled copy is already there: {path}, registered as {name}; it is used again.",
     "data.fill_cancelled": "{name} still holds placeholders such as {{{{name}}}}; the model would learn them literally. Continue again to fill them in, or choose another dataset.",
     # --- model
     "model.prompt": "Model: a hub id (org/name), a registry name, or a local folder",

@@ -153,8 +153,9 @@ STRINGS: dict[str, str] = {
     "data.adding": "正在导入文件…",
     "data.added": "已添加 {name}：复制到 {folder} 并注册到 dataset_info.json。",
     "data.no_folder": "还没有数据目录：请输入一个包含 dataset_info.json 的目录并回车。",
-    "data.fill_title": "{name} 含有模板变量。请填写取值；填好的副本将注册为 {filled}。",
+    "data.fill_title": "{name} 含有模板变量。请填写取值；填好的副本将注册为 {filled}（若已有内容相同的副本则直接沿用）。",
     "data.filled": "已写入填好的副本 {path}，并注册为 {name}。",
+    "data.filled_again": "已有内容相同的填好副本 {path}（注册为 {name}），直接沿用。",
     "data.fill_cancelled": "{name} 仍含有 {{{{name}}}} 之类的占位符，模型会照字面学到它们。再次继续以填写，或选择其他数据集。",
     # --- model
     "model.prompt": "模型：Hub ID（组织/名称）、注册表中的名称或本地目录",

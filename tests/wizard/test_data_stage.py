@@ -54,6 +54,33 @@ def test_templated_dataset_is_filled_into_a_registered_copy(workspace):
     assert "Ada" in (folder / "identity_custom.json").read_text()
 
 
+
+def test_the_same_values_filled_again_use_the_earlier_copy_and_a_changed_copy_is_left_alone(workspace):
+    folder = workspace / "data"
+    state = new_state().replace(datasets=["identity"], dataset_rows={"identity": 90})
+    ada = {"name": "Ada", "author": "Lab"}
+    first = data.fill_template(state, folder, "identity", ada, "_custom")
+    info = (folder / "dataset_info.json").read_bytes()
+    made = (folder / "identity_custom.json").stat()
+    # every new wizard answers the demo's question alike: one copy serves them all
+    again = data.fill_template(state, folder, "identity", ada, "_custom")
+    assert again.ok and again.state.datasets == ["identity_custom"] == first.state.datasets
+    assert again.state.filled["identity_custom"]["file"] == str(folder / "identity_custom.json")
+    assert "used again" in again.notes[-1] and not (folder / "identity_custom_2.json").exists()
+    assert (folder / "dataset_info.json").read_bytes() == info  # nothing registered twice
+    assert (folder / "identity_custom.json").stat().st_mtime_ns == made.st_mtime_ns  # not even rewritten
+    other = data.fill_template(state, folder, "identity", {"name": "Bo", "author": "Co"}, "_custom")
+    assert other.state.datasets == ["identity_custom_2"]
+    assert data.fill_template(state, folder, "identity", ada, "_custom").state.datasets == ["identity_custom"]
+    # a copy the user changed since is theirs: the same values make a new copy beside it, the file stays
+    (folder / "identity_custom.json").write_text((folder / "identity_custom.json").read_text().replace("Ada", "Eve"))
+    changed = (folder / "identity_custom.json").read_bytes()
+    fresh = data.fill_template(state, folder, "identity", ada, "_custom")
+    assert fresh.state.datasets == ["identity_custom_3"] and "Filled copy written" in fresh.notes[-1]
+    assert (folder / "identity_custom.json").read_bytes() == changed
+    assert "Ada" in (folder / "identity_custom_3.json").read_text()
+
+
 def test_malformed_file_lists_every_problem_and_a_converted_copy_is_registered(workspace):
     source = workspace / "mine.jsonl"
     lines = [{"conversations": [{"from": "user", "value": "hi"}, {"from": "bot", "value": "hello"}]},

@@ -238,11 +238,12 @@ def filled_name(dataset_dir: Path, name: str, suffix: str) -> str:
 
 
 def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict[str, str], suffix: str) -> Outcome:
-    """Write <name><suffix> with every {{var}} replaced, register it, and train on it instead of `name`."""
+    """Write <name><suffix> with every {{var}} replaced, register it, and train on it instead of `name`. An earlier
+    filled copy with the very same rows is used again rather than copied once more (each new wizard filled
+    another identity_custom_N); any other file is never written over."""
     empty = [var for var, value in values.items() if not str(value).strip()]
     if empty:
         return refused(t("data.empty_values", names=", ".join(empty)))
-    from engine.data import fill_placeholders
     from engine.data.registry import dataset_file_path, get_dataset_spec, load_dataset_info, register_dataset
     from engine.errors import EngineError
 
@@ -250,19 +251,71 @@ def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict
         dataset_dir, moved = writable_dir(dataset_dir)
         spec = get_dataset_spec(name, dataset_dir)
         source = dataset_file_path(spec, dataset_dir)
-        new_name, target = _free_name(dataset_dir, source, f"{name}{suffix}", load_dataset_info(dataset_dir))
-        fill_placeholders(source, values, target)
-        entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir).as_posix())
-        register_dataset(dataset_dir, new_name, entry)
-    except (EngineError, OSError) as exc:
+        with tempfile.TemporaryDirectory(prefix="lfa-fill-") as scratch:
+            filled = _filled_rows(source, values, Path(scratch))
+            found = _same_copy(dataset_dir, filled, f"{name}{suffix}", spec)
+            new_name, target = found or _write_copy(dataset_dir, source, filled, f"{name}{suffix}")
+        if found is None:
+            entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir).as_posix())
+            register_dataset(dataset_dir, new_name, entry)
+    except (EngineError, OSError, ValueError) as exc:
         return refused(str(exc))
     datasets = [new_name if n == name else n for n in state.datasets]
     rows = {(new_name if k == name else k): v for k, v in state.dataset_rows.items()}
     chars = {(new_name if k == name else k): v for k, v in state.dataset_chars.items()}
-    filled = dict(state.filled, **{new_name: {"from": name, "values": dict(values), "file": str(target)}})
-    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=filled,
-                                 dataset_dir=str(dataset_dir)),
-                   notes=([moved] if moved else []) + [t("data.filled", name=new_name, path=str(target))])
+    record = dict(state.filled, **{new_name: {"from": name, "values": dict(values), "file": str(target)}})
+    note = t("data.filled_again" if found else "data.filled", name=new_name, path=str(target))
+    return Outcome(state.replace(datasets=datasets, dataset_rows=rows, dataset_chars=chars, filled=record,
+                                 dataset_dir=str(dataset_dir)), notes=([moved] if moved else []) + [note])
+
+
+def _filled_rows(source: Path, values: dict[str, str], scratch: Path) -> Path:
+    """The filled rows, written into `scratch` (a file of the source's kind), to compare and then to publish."""
+    from engine.data import fill_placeholders
+
+    return fill_placeholders(source, values, scratch / f"filled{source.suffix}")
+
+
+def _same_copy(dataset_dir: Path, filled: Path, base: str, spec) -> tuple[str, Path] | None:
+    """(name, file) of a copy registered as <base> or <base>_N with the same entry as `spec` and exactly the bytes
+    of `filled`, or None."""
+    import re
+
+    from engine.data.registry import dataset_file_path, get_dataset_spec, load_dataset_info
+    from engine.errors import EngineError
+
+    def entry(of) -> dict:
+        return {key: value for key, value in of.to_dict().items() if key != "file_name"}
+
+    wanted = filled.read_bytes()
+    for name in load_dataset_info(dataset_dir):
+        if not re.fullmatch(rf"{re.escape(base)}(_\d+)?", name):
+            continue
+        try:
+            registered = get_dataset_spec(name, dataset_dir)
+            path = dataset_file_path(registered, dataset_dir)
+            if entry(registered) == entry(spec) and path.is_file() and path.stat().st_size == len(wanted) \
+                    and path.read_bytes() == wanted:
+                return name, path
+        except (EngineError, OSError):  # an entry that cannot be read is no copy to use
+            continue
+    return None
+
+
+def _write_copy(dataset_dir: Path, source: Path, filled: Path, base: str) -> tuple[str, Path]:
+    """Publish `filled` under the first free <base>, <base>_2, ... (whole or absent, never over a file that
+    appeared meanwhile)."""
+    from engine.data.registry import load_dataset_info
+    from engine.jsonio import copy_file_new
+
+    for _attempt in range(100):
+        name, target = _free_name(dataset_dir, source, base, load_dataset_info(dataset_dir))
+        try:
+            copy_file_new(filled, target)
+        except FileExistsError:  # another wizard took that name a moment ago: the next one
+            continue
+        return name, target
+    raise ValueError(f"no free name for {base} in {dataset_dir}")
 
 
 # ------------------------------------------------------------------------------------------------ custom files
