@@ -65,3 +65,10 @@ def _english_after_each_test():
     i18n = sys.modules.get("assistant.i18n")
     if i18n is not None:
         i18n.set_language("en")
+
+
+@pytest.fixture(autouse=True)
+def _own_download_records(request, monkeypatch):
+    """Each test its own record of downloaded models (engine.models.recorded): a model one test downloaded must
+    not be found by the next, nor the user's own downloads by any."""
+    monkeypatch.setenv("LFA_CACHE_DIR", str(_SANDBOX / "lfa-cache" / request.node.nodeid.replace("/", "_")[:200]))

@@ -93,7 +93,8 @@ MODEL_CHECK = _fields(
     ("found", "boolean", "A folder for it exists on this machine."),
     ("path", "string|null", "The folder checked."),
     ("complete", "boolean", "Every weight file is there, whole (no partial download)."),
-    ("where", "string|null", "Where it was found: local (a path), models_dir, hf_cache or modelscope_cache."),
+    ("where", "string|null", "Where it was found: local (a path), models_dir, recorded (a folder `models download` "
+     "wrote, recorded in the user's cache: ~/.cache/lf-assistant/downloads.json), hf_cache or modelscope_cache."),
     ("size_bytes", "integer", "Bytes on disk."),
     ("expected_bytes", "integer|null", "Bytes the weights should take."),
     ("problems", "array of string", "What is missing or broken; empty when complete."),

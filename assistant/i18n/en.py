@@ -174,6 +174,7 @@ STRINGS: dict[str, str] = {
     "model.example_adapted": "No preference example for {family}: adapted {example} (Qwen3's); model, template and the demo sizes are set for your model in the diff.",
     "model.example_method": "{example} is a LoRA example: finetuning_type is set to {method} (see the diff).",
     "model.local_ok": "Local copy complete: {path}",
+    "model.found_recorded": "Found where `lf-assistant models download` put it: {path} (recorded in {index}).",
     "model.needs_build": "Not built yet: it will be built into {path} (seconds, offline).",
     "model.needs_download": "Not on this machine: it will be downloaded into {path}.",
     "model.fetch_started": "Started in the background: you can go on; progress is on the left.",

