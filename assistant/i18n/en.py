@@ -43,6 +43,7 @@ STRINGS: dict[str, str] = {
     "key.open": "open",
     "key.mark": "mark",
     "key.compare": "compare",
+    "key.reopen": "reopen",
     "key.runs": "runs",
     "key.log": "log ⇄ chart",
     "key.diff": "params ⇄ diff",
@@ -402,6 +403,9 @@ STRINGS: dict[str, str] = {
     "review.no_answers": "No validation answers.",
     "review.compare_title": "Compare: loss curves and config differences",
     "review.same_config": "The configs are the same.",
+    "review.fetch_running": "This session is fetching its model: wait for it to finish, then switch sessions.",
+    "review.not_wizard": "{run_id} was not started in the wizard: `lf-assistant resume-train {run_id}` continues its training.",
+    "review.wizard_stage": "not trained: {stage}",
     # --- pre-flight, chat, new stages
     "stage.data.title_text": "Text to pre-train on",
     "stage.data.title_kto": "Labelled answers (KTO)",

@@ -43,6 +43,7 @@ STRINGS: dict[str, str] = {
     "key.open": "打开",
     "key.mark": "标记",
     "key.compare": "对比",
+    "key.reopen": "重新打开",
     "key.runs": "运行列表",
     "key.log": "日志 ⇄ 曲线",
     "key.diff": "参数 ⇄ 差异",
@@ -402,6 +403,9 @@ STRINGS: dict[str, str] = {
     "review.no_answers": "没有验证回答。",
     "review.compare_title": "对比：loss 曲线与配置差异",
     "review.same_config": "两次运行的配置相同。",
+    "review.fetch_running": "当前会话正在获取模型：请等它完成后再切换会话。",
+    "review.not_wizard": "{run_id} 不是在向导中开始的：用 `lf-assistant resume-train {run_id}` 继续它的训练。",
+    "review.wizard_stage": "未训练：{stage}",
     # --- pre-flight, chat, new stages
     "stage.data.title_text": "预训练文本",
     "stage.data.title_kto": "带标注的回答（KTO）",

@@ -327,6 +327,26 @@ class WizardApp(App):
 
         self.push_screen(RunsScreen())
 
+    def reopen_session(self, run_id: str) -> None:
+        """Leave the runs review for wizard session `run_id`, at the stage it was left (as `--resume` opens it);
+        the session open until now is saved first. Not while this session fetches its model: the fetch reports
+        into the session that started it."""
+        if self.state is not None and run_id == self.state.run_id:
+            self.pop_screen()  # the session already open: back to it
+            return
+        if self.state is not None and self.state.download.get("state") == "running":
+            self.notify(t("review.fetch_running"), severity="warning", timeout=8)
+            return
+        if self.state is not None and self.started:
+            save_state(self.state, self.runs_dir)
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        if self.review_mode:  # opened as `runs --tui`: nothing asked the model's availability yet
+            self.review_mode = False
+            self.check_availability()
+        self.resume_id = run_id
+        self._open_resumed(run_id)
+
 
 def run_app(*, resume: str | None = None, lang: str | None = None, runs_dir: str | Path | None = None,
             review: bool = False) -> None:

@@ -25,6 +25,11 @@ class RunRow:
     final_loss: str
     date: str
     path: Path
+    stage: str | None = None
+    """The wizard stage a session that has not trained yet was left at (None for a run that trained or was
+    started without the wizard)."""
+    resumable: bool = False
+    """A wizard session (it has a state.json): the wizard can reopen it where it was left."""
 
 
 @dataclass
@@ -66,15 +71,20 @@ def list_runs(runs_dir: str | Path | None = None) -> list[RunRow]:
         summary = run.summary()
         wizard = _wizard_state(run.path)
         state = summary["state"]
-        if state == "unknown" and wizard is not None:
-            state = f"wizard: {wizard.stage}"
+        # A session that never trained has no status of its own (or a prepared one that never ran): it reads as
+        # the stage it was left at, not as a pending run.
+        stage = wizard.stage if wizard is not None and not wizard.launched and run.read_status().never_started \
+            else None
+        if stage is not None:
+            state = f"wizard: {stage}"
         total = summary.get("total_steps")
         steps = f"{summary.get('step') or 0}/{total}" if total else str(summary.get("step") or 0)
         loss = f"{summary['final_loss']:.4f}" if summary.get("final_loss") is not None else "-"
         model = summary.get("model") or (wizard.model if wizard else None) or "-"
         method = summary.get("method") or (wizard.method if wizard else None) or "-"
         started = summary.get("started_at") or (wizard.created_at if wizard else None)
-        rows.append(RunRow(run.run_id, Path(str(model)).name, method, state, steps, loss, _date(started), run.path))
+        rows.append(RunRow(run.run_id, Path(str(model)).name, method, state, "-" if stage else steps, loss,
+                           _date(started), run.path, stage, wizard is not None))
     return rows
 
 

@@ -57,3 +57,51 @@ async def test_review_lists_opens_and_compares_runs(workspace):
         assert "A " in chart and "B " in chart  # two labelled series on one chart
         await pilot.press("escape", "escape")
     assert app.return_code in (0, None)
+
+
+async def test_f2_lists_a_session_left_before_training_with_its_stage_and_r_reopens_it(workspace):
+    """F2 from a new wizard: a session left at the data stage is listed as such and can be gone back to."""
+    finished = _finished_run(workspace, datetime(2026, 1, 1, 10), 16, [3.0, 2.0])
+    left = new_state(now=datetime(2026, 1, 1, 12)).replace(stage="data", done=["flow"], workflow="sft",
+                                                           scope="train")
+    save_state(left, workspace / "lf_runs")  # left before training: no status.json, no config
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "FlowScreen"))
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        rows = {row.run_id: row for row in app.screen.rows}
+        assert set(rows) == {finished, left.run_id}
+        assert rows[left.run_id].stage == "data" and rows[finished].stage is None
+        table = app.screen.query_one("#runs")
+        cells = [str(cell) for cell in table.get_row(left.run_id)]
+        assert "not trained: Data" in cells  # its stage, where it said "pending"
+        assert "r reopen" in str(app.screen.query_one("KeyHelp").render())
+        table.move_cursor(row=[r.run_id for r in app.screen.rows].index(left.run_id))
+        await pilot.press("r")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="the session's own stage")
+        assert app.state.run_id == left.run_id and app.state.done == ["flow"]
+        assert len(app.screen_stack) == 2  # the new wizard's screens and the review are gone
+        await pilot.press("ctrl+q")
+    assert left.run_id in (app.exit_hint or "")  # quitting names the session it was in
+
+
+async def test_runs_tui_reopens_a_wizard_session_and_names_a_plain_run_it_cannot(workspace):
+    plain = RunDir(workspace / "lf_runs" / "cli_run_20260101_090000")
+    plain.update_status(state="failed", stage="sft", step=3, total_steps=9)  # `lf-assistant train`: no state.json
+    left = new_state(now=datetime(2026, 1, 1, 12)).replace(stage="data", done=["flow"], workflow="sft",
+                                                           scope="train")
+    save_state(left, workspace / "lf_runs")
+    app = make_app(workspace, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        ids = [r.run_id for r in app.screen.rows]
+        app.screen.query_one("#runs").move_cursor(row=ids.index(plain.run_id))
+        await pilot.press("r")
+        note = str(app.screen.query_one("#review-note").render())
+        assert "resume-train cli_run_20260101_090000" in note and on_screen(app, "RunsScreen")
+        app.screen.query_one("#runs").move_cursor(row=ids.index(left.run_id))
+        await pilot.press("r")
+        await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="the session's stage")
+        assert app.state.run_id == left.run_id
+        await pilot.press("ctrl+q")

@@ -26,10 +26,19 @@ def state_words(state: str) -> str:
     return t_or(f"run.{state}", state)
 
 
+def row_state(row: review.RunRow) -> str:
+    """The state column: a session that has not trained yet names the stage it was left at."""
+    if row.stage is not None:
+        return t("review.wizard_stage", stage=t_or(f"stage.{row.stage}.title", row.stage))
+    return state_words(row.state)
+
+
 class RunsScreen(Screen):
-    """Every run, newest first. Enter opens one; Space marks up to two; c compares the marked pair."""
+    """Every run and wizard session, newest first. Enter opens one; r reopens a wizard session where it was left
+    (one that has not trained yet too); Space marks up to two; c compares the marked pair."""
 
     BINDINGS = [Binding("space", "mark", show=False), Binding("c", "compare", show=False),
+                Binding("r", "reopen", show=False),
                 Binding("escape", "close", show=False), Binding("q", "close", show=False)]
 
     def __init__(self) -> None:
@@ -41,7 +50,8 @@ class RunsScreen(Screen):
         yield Label(t("review.title"), id="stage-title")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="review-note", classes="hint")
-        yield KeyHelp([("Enter", "key.open"), ("Space", "key.mark"), ("c", "key.compare"), ("Esc", "key.back")])
+        yield KeyHelp([("Enter", "key.open"), ("r", "key.reopen"), ("Space", "key.mark"), ("c", "key.compare"),
+                       ("Esc", "key.back")])
 
     def on_mount(self) -> None:
         self.rows = review.list_runs(self.app.runs_dir)
@@ -54,7 +64,7 @@ class RunsScreen(Screen):
         columns = [t("review.run_id"), t("review.model"), t("review.method"), t("review.state"), t("review.steps"),
                    t("review.loss"), t("review.date")]
         cells = [[("* " if r.run_id in self.marked else "") + r.run_id, Path(r.model).name or r.model, r.method,
-                  state_words(r.state), r.steps, r.final_loss, r.date] for r in self.rows]
+                  row_state(r), r.steps, r.final_loss, r.date] for r in self.rows]
         # The id is never cut; columns it already tells (its model and time) go first when the table is too wide
         for dropped in (6, 1):  # each column pads its cells by 2; the scrollbar takes 2 more
             if sum(width + 2 for width in column_widths(columns, cells)) <= self.app.size.width - 2:
@@ -85,6 +95,16 @@ class RunsScreen(Screen):
         self._fill()
         self.query_one(DataTable).move_cursor(row=cursor)
         self.query_one("#review-note", Static).update(t("review.marked", runs=", ".join(self.marked) or "-"))
+
+    def action_reopen(self) -> None:
+        """Back into the wizard at the selected session, where it was left."""
+        row = self._current()
+        if row is None:
+            return
+        if not row.resumable:
+            self.query_one("#review-note", Static).update(t("review.not_wizard", run_id=row.run_id))
+            return
+        self.app.reopen_session(row.run_id)
 
     def action_compare(self) -> None:
         if len(self.marked) != 2:
