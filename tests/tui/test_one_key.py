@@ -33,8 +33,7 @@ async def test_enter_and_ctrl_n_alone_run_the_whole_flow(workspace):
         assert app.screen.query_one("#q-data_source").region.y < 5  # the question is in view, not scrolled off
         await _press(pilot, "enter")
         await _on(pilot, app, "AskValues", what="placeholder values asked")
-        await _press(pilot, "enter")
-        await _press(pilot, "enter")  # the suggested name and author
+        await _press(pilot, "enter")  # one Enter sets the suggested name and author
         await wait_until(pilot, lambda: on_screen(app, "ModelScreen") and app.screen.resolved, what="model")
         assert app.state.datasets == ["identity_custom"]
         await _press(pilot, "enter")

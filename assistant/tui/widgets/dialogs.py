@@ -308,7 +308,7 @@ class EditNames(ModalScreen["str | None"]):
 
 
 class AskValues(ModalScreen["dict | None"]):
-    """One text field per name (e.g. the {{name}} and {{author}} of a templated dataset)."""
+    """One text field per name (e.g. the {{name}} and {{author}} of a templated dataset). Enter sets them all."""
 
     BINDINGS = [Binding("escape", "cancel", show=False), Binding("ctrl+s", "submit", show=False),
                 Binding("ctrl+n", "submit", show=False, priority=True)]
@@ -331,10 +331,13 @@ class AskValues(ModalScreen["dict | None"]):
         self.query(Input).first().focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter sets the values once every field holds one (the suggested ones: a single Enter); until then it
+        goes to the next empty field, so typing them in reads field by field."""
         inputs = list(self.query(Input))
         position = inputs.index(event.input)
-        if position + 1 < len(inputs):
-            inputs[position + 1].focus()
+        empty = [field for field in inputs[position + 1:] + inputs[:position + 1] if not field.value.strip()]
+        if empty:
+            empty[0].focus()
         else:
             self.action_submit()
 

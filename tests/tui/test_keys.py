@@ -1,0 +1,29 @@
+"""Keys at 80x24 do what the screen shows: one Enter where one is asked for, arrows that scroll what is shown, a
+key help that lists the keys that work."""
+
+from pilot_helpers import SIZE, make_app, on_screen, wait_until
+
+
+async def _to_data(pilot, app) -> None:
+    await wait_until(pilot, lambda: on_screen(app, "FlowScreen"))
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: on_screen(app, "DataScreen") and app.screen.counts, what="data listed")
+
+
+async def test_one_enter_sets_the_placeholder_values(workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_data(pilot, app)
+        await pilot.press("enter")  # identity, the recommended data, has {{author}} and {{name}}
+        await wait_until(pilot, lambda: on_screen(app, "AskValues"), what="placeholder values asked")
+        author, name = app.screen.query_one("#value-0"), app.screen.query_one("#value-1")
+        assert app.focused is author and (author.value, name.value) == ("Acme Labs", "Nova")
+        name.value = ""
+        await pilot.press("enter")  # a field is empty: Enter goes to it instead of setting an empty name
+        assert on_screen(app, "AskValues") and app.focused is name
+        await pilot.press(*"Ada", "shift+tab")
+        assert app.focused is author
+        await pilot.press("enter")  # every field has a value: one Enter sets them, from whichever field
+        await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), timeout=15, what="the values set")
+        assert app.state.datasets == ["identity_custom"]
+        assert app.state.filled["identity_custom"]["values"] == {"author": "Acme Labs", "name": "Ada"}
