@@ -27,3 +27,27 @@ async def test_one_enter_sets_the_placeholder_values(workspace):
         await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), timeout=15, what="the values set")
         assert app.state.datasets == ["identity_custom"]
         assert app.state.filled["identity_custom"]["values"] == {"author": "Acme Labs", "name": "Ada"}
+
+
+async def test_enter_on_the_own_files_rows_chooses_and_never_ticks_the_conversion(workspace):
+    mine = workspace / "mine.jsonl"
+    mine.write_text('{"instruction": "hi", "output": "hello"}\n{"instruction": "2+2?", "output": "4"}\n')
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_data(pilot, app)
+        await pilot.press("shift+tab", "shift+tab", "shift+tab")
+        assert app.focused.id == "data_source-set"
+        await pilot.press("down", "enter")  # Enter on "My own files" chooses it
+        assert app.screen.query_one("#q-data_source").value == "custom" and app.screen.query_one("#custom").display
+        app.screen.query_one("#custom-path").focus()
+        await pilot.press(*str(mine), "enter")
+        await wait_until(pilot, lambda: app.screen.query_one("#onboard-row").display, what="the file checked")
+        convert = app.screen.query_one("#convert")
+        assert convert.value is False  # a clean file: copied as it is
+        await pilot.press("tab", "tab", "tab")  # past Check and the name, to the box
+        assert app.focused is convert
+        await pilot.press("enter")  # on the box's row, Enter adds the file; the box stays as it was
+        await wait_until(pilot, lambda: "mine" in app.state.datasets, timeout=15, what="the file added")
+        assert convert.value is False and not app.state.onboarded[-1]["converted"]
+        await pilot.press("space")  # Space still ticks it
+        assert convert.value is True

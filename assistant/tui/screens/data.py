@@ -71,6 +71,13 @@ class DatasetList(MarkedSelectionList):
     BINDINGS = [Binding("enter", "screen.next", show=False)]
 
 
+class ConvertCheckbox(MarkedCheckbox):
+    """Whether a converted copy is written: Space ticks it. Enter adds the file, as in the name field beside it,
+    and never ticks: the box looks like a choice of the question above, where Enter chooses the row."""
+
+    BINDINGS = [Binding("enter", "screen.add_file", show=False)]
+
+
 class DataScreen(StageScreen):
     STAGE = "data"
     KEYS = [("Space", "key.select"), *COMMON_KEYS]
@@ -124,7 +131,7 @@ class DataScreen(StageScreen):
             yield Static("", id="check-result")
             with Horizontal(classes="row", id="onboard-row"):
                 yield Input(placeholder=t("data.name_placeholder"), id="custom-name")
-                yield MarkedCheckbox(t("data.convert"), id="convert")
+                yield ConvertCheckbox(t("data.convert"), id="convert")
                 yield Button(t("data.add"), id="add")
         yield Button(t("button.continue"), id="continue", variant="primary")
 
@@ -275,6 +282,9 @@ class DataScreen(StageScreen):
         if usable:
             self.query_one("#custom-name", Input).value = message.path.stem.replace(",", "_")
             self.query_one("#convert", Checkbox).value = not report.ok and self.kind in ("pairs", "conversations")
+
+    def action_add_file(self) -> None:
+        self._add()
 
     def _add(self) -> None:
         if self.checked is None or self.checked.path is None or self.folder is None:
