@@ -105,3 +105,35 @@ async def test_runs_tui_reopens_a_wizard_session_and_names_a_plain_run_it_cannot
         await wait_until(pilot, lambda: on_screen(app, "DataScreen"), what="the session's stage")
         assert app.state.run_id == left.run_id
         await pilot.press("ctrl+q")
+
+
+async def test_a_long_config_and_a_long_comparison_scroll_with_the_keys_at_once(workspace):
+    from engine.config import read_yaml
+
+    runs = [_finished_run(workspace, datetime(2026, 1, 1, 10 + n), 8 * (n + 1), [3.0, 2.5, 2.0]) for n in range(2)]
+    for factor, run_id in enumerate(runs, start=1):  # thirty keys more that differ: taller than the screen
+        path = workspace / "lf_runs" / run_id / "sft.yaml"
+        dump_yaml(dict(read_yaml(path), **{f"key_{i:02d}": factor * i for i in range(1, 31)}), path)
+    app = make_app(workspace, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: on_screen(app, "RunScreen"))
+        await _end_in_view_with_keys(pilot, app, "#config", "key_30")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        await pilot.press("space", "down", "space", "c")
+        await wait_until(pilot, lambda: on_screen(app, "CompareScreen"))
+        await _end_in_view_with_keys(pilot, app, "#difference", "key_30")
+
+
+async def _end_in_view_with_keys(pilot, app, table_id: str, last: str) -> None:
+    """Page Down, with no Tab first, brings the table's last row onto the screen."""
+    await pilot.pause()
+    table = app.screen.query_one(table_id)
+    assert str(table.get_row_at(table.row_count - 1)[0]) == last and last not in app.export_screenshot()
+    for _ in range(6):
+        await pilot.press("pagedown")
+    await pilot.pause()
+    assert last in app.export_screenshot()
+    assert table.scroll_y == 0  # the page scrolled, not the table inside it

@@ -33,6 +33,20 @@ def row_state(row: review.RunRow) -> str:
     return state_words(row.state)
 
 
+def page_table(table_id: str) -> DataTable:
+    """A read-only table on a page that scrolls: it never takes the focus, so the arrow and page keys scroll the
+    page from the start (unfold gives it its whole height: a table scrolling inside the page took them only after
+    Tab)."""
+    table = DataTable(id=table_id, zebra_stripes=True, cursor_type="none")
+    table.can_focus = False
+    return table
+
+
+def unfold(table: DataTable) -> None:
+    """The table at the height of all its rows (a DataTable stops at its parent's height and scrolls inside)."""
+    table.styles.max_height = table.header_height + sum(row.height for row in table.rows.values())
+
+
 class RunsScreen(Screen):
     """Every run and wizard session, newest first. Enter opens one; r reopens a wizard session where it was left
     (one that has not trained yet too); Space marks up to two; c compares the marked pair."""
@@ -131,18 +145,19 @@ class RunScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Label(self.row.run_id, id="stage-title")
-        with VerticalScroll():
+        with VerticalScroll(classes="review-page"):
             yield Static("", id="run-facts")
             yield LossChart(id="chart")
             yield Label(t("config.diff_title"), classes="section")
             yield Static("", id="diff")
             yield Label(t("review.config"), classes="section")
-            yield DataTable(id="config", zebra_stripes=True)
+            yield page_table("config")
             yield Label(t("review.answers"), classes="section")
             yield Static("", id="answers")
         yield KeyHelp([("↑↓", "key.scroll"), ("Esc", "key.back")])
 
     def on_mount(self) -> None:
+        self.query_one(".review-page").focus()
         record = review.load_record(self.row.path)
         status = record.status
         facts = [t("review.facts", state=state_words(str(status.state)), steps=self.row.steps,
@@ -156,6 +171,7 @@ class RunScreen(Screen):
         self.query_one("#diff", Static).update(diff_text(diff) if diff else t("config.no_diff"))
         fill_table(self.query_one("#config", DataTable), [t("col.parameter"), t("col.value")],
                    [[k, fmt_value(v, k)] for k, v in record.config.items()], width=self.app.size.width - 6)
+        unfold(self.query_one("#config", DataTable))
         answers = [f"[b]{safe(a.get('prompt', ''), keep_layout=True)}[/b]"
                    f"\n  {t('validate.base')}: {safe(a.get('base', ''), keep_layout=True)}"
                    f"\n  {t('validate.tuned')}: {safe(a.get('tuned', ''), keep_layout=True)}" for a in record.answers]
@@ -173,12 +189,13 @@ class CompareScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Label(t("review.compare_title"), id="stage-title")
-        with VerticalScroll():
+        with VerticalScroll(classes="review-page"):
             yield LossChart(id="chart")
-            yield DataTable(id="difference", zebra_stripes=True)
+            yield page_table("difference")
         yield KeyHelp([("↑↓", "key.scroll"), ("Esc", "key.back")])
 
     def on_mount(self) -> None:
+        self.query_one(".review-page").focus()
         first, second = review.load_record(self.first.path), review.load_record(self.second.path)
         self.query_one("#chart", LossChart).set_series({"A " + first.run_id[:18]: first.losses,
                                                         "B " + second.run_id[:18]: second.losses})
@@ -186,3 +203,4 @@ class CompareScreen(Screen):
                 for key, a, b in review.config_difference(first.config, second.config)]
         fill_table(self.query_one("#difference", DataTable), [t("col.parameter"), "A", "B"],
                    rows or [[t("review.same_config"), "", ""]], width=self.app.size.width - 6)
+        unfold(self.query_one("#difference", DataTable))
