@@ -1,7 +1,7 @@
 """Keys at 80x24 do what the screen shows: one Enter where one is asked for, arrows that scroll what is shown, a
 key help that lists the keys that work."""
 
-from pilot_helpers import SIZE, make_app, on_screen, wait_until
+from pilot_helpers import SIZE, answer_preflight_at_once, make_app, on_screen, wait_until, walk_to
 
 
 async def _to_data(pilot, app) -> None:
@@ -51,3 +51,27 @@ async def test_enter_on_the_own_files_rows_chooses_and_never_ticks_the_conversio
         assert convert.value is False and not app.state.onboarded[-1]["converted"]
         await pilot.press("space")  # Space still ticks it
         assert convert.value is True
+
+
+async def test_the_parameters_and_the_diff_scroll_with_the_keys_while_continue_has_the_focus(workspace, monkeypatch):
+    answer_preflight_at_once(monkeypatch)
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to(pilot, app, "ConfigScreen")
+        await wait_until(pilot, lambda: app.screen.built, what="config built")
+        await pilot.press("a")  # every parameter: taller than the area
+        await pilot.pause()
+        table, diff, go_on = (app.screen.query_one(name) for name in ("#params", "#diff-view", "#continue"))
+        assert app.focused is go_on and table.max_scroll_y > 0
+        await pilot.press("pagedown", "down")
+        await pilot.pause()
+        assert table.scroll_y > 0 and table.cursor_row == 0 and app.focused is go_on
+        await pilot.press("d")
+        await pilot.pause()
+        go_on.focus()  # back on Continue (Enter goes on), the diff still shown
+        assert diff.max_scroll_y > 0 and diff.scroll_y == 0
+        await pilot.press("end")
+        await pilot.pause()
+        assert diff.scroll_y == diff.max_scroll_y and app.focused is go_on
+        await pilot.press("enter")  # and Enter still goes on
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), timeout=20, what="the sft.yaml table")

@@ -54,13 +54,19 @@ class ViewTabs(Static):
         self.screen.action_switch_view()
 
 
+# Keys that scroll the parameters or the diff while the focus is elsewhere (a button): the Widget.scroll_* method.
+SCROLL_KEYS = {"up": "up", "down": "down", "pageup": "page_up", "pagedown": "page_down", "home": "home",
+               "end": "end"}
+
+
 class ConfigScreen(StageScreen):
     STAGE = "config"
     BODY_SCROLLS = False
     KEYS = [("Enter", "key.edit"), ("d", "key.diff"), ("a", "key.all"), ("e", "key.any"), ("f", "key.accept"),
             ("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit"), ("F2", "key.runs")]
     BINDINGS = [Binding("a", "toggle_all", show=False), Binding("e", "edit_any", show=False),
-                Binding("f", "accept_fix", show=False), Binding("d", "switch_view", show=False)]
+                Binding("f", "accept_fix", show=False), Binding("d", "switch_view", show=False),
+                *[Binding(key, f"scroll_view('{how}')", show=False) for key, how in SCROLL_KEYS.items()]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +110,11 @@ class ConfigScreen(StageScreen):
         switcher.current = "diff-view" if self.view == "params" else "params"
         self.query_one(f"#{switcher.current}").focus()
         self._show_tabs()
+
+    def action_scroll_view(self, how: str) -> None:
+        """The arrow and page keys scroll the parameters or the diff, whichever is shown, from the start: Continue
+        has the focus (Enter goes on), and a focused table or diff takes the keys itself."""
+        getattr(self.query_one(f"#{self.view}"), f"scroll_{how}")(animate=False)
 
     def _show_tabs(self) -> None:
         if self.built is None:
