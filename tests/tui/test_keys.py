@@ -75,3 +75,30 @@ async def test_the_parameters_and_the_diff_scroll_with_the_keys_while_continue_h
         assert diff.scroll_y == diff.max_scroll_y and app.focused is go_on
         await pilot.press("enter")  # and Enter still goes on
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), timeout=20, what="the sft.yaml table")
+
+
+async def test_the_training_screen_lists_f2_and_esc_and_esc_goes_back_before_anything_is_written(workspace,
+                                                                                                monkeypatch):
+    from assistant.tui.screens.train import TrainScreen
+
+    answer_preflight_at_once(monkeypatch)
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to(pilot, app, "ConfigScreen")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="the sft.yaml table")
+        await pilot.press("n")  # not written: the training screen waits
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen"))
+        keys = str(app.screen.query_one("#keyhelp").render())
+        assert "Esc back" in keys and "F2 runs" in keys
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"), what="the runs review")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen"), what="back from the review")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), timeout=10, what="back to the config")
+        assert app.state.stage == "config" and not (workspace / "lf_runs" / app.state.run_id / "sft.yaml").exists()
+    # once the config is written the keys follow the run, F2 with each of them
+    for keys in (TrainScreen.WRITTEN_KEYS, TrainScreen.RUNNING_KEYS, TrainScreen.COMPLETED_KEYS,
+                 TrainScreen.RESUMABLE_KEYS):
+        assert ("F2", "key.runs") in keys and "Esc" not in dict(keys)

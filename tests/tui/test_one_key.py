@@ -48,6 +48,7 @@ async def test_enter_and_ctrl_n_alone_run_the_whole_flow(workspace):
         await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.is_terminal,
                          timeout=300, what="training to end")
         assert app.screen.status.state == "completed", app.screen.status
+        assert "F2 runs" in str(app.screen.query_one("#keyhelp").render())  # the review is a key away here too
         await _press(pilot, "enter")
         await _on(pilot, app, "LossScreen")
         await _press(pilot, "enter")

@@ -101,10 +101,13 @@ def metric_label(name: str) -> str:
 class TrainScreen(StageScreen):
     STAGE = "train"
     BODY_SCROLLS = False
-    KEYS = [("^N", "key.next"), ("^Q", "key.quit")]  # before the launch; the keys follow the run's state
-    RUNNING_KEYS = [("s", "key.stop"), ("l", "key.log"), ("^Q", "key.quit")]
-    COMPLETED_KEYS = [("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit")]
-    RESUMABLE_KEYS = [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit")]  # failed or stopped
+    # Before anything is written Esc goes back to the config; then the keys follow the run's state. F2 (the runs
+    # review) works throughout.
+    KEYS = [("^N", "key.next"), ("Esc", "key.back"), ("^Q", "key.quit"), ("F2", "key.runs")]
+    WRITTEN_KEYS = [("^N", "key.next"), ("^Q", "key.quit"), ("F2", "key.runs")]  # the config is fixed now
+    RUNNING_KEYS = [("s", "key.stop"), ("l", "key.log"), ("^Q", "key.quit"), ("F2", "key.runs")]
+    COMPLETED_KEYS = [("l", "key.log"), ("^N", "key.next"), ("^Q", "key.quit"), ("F2", "key.runs")]
+    RESUMABLE_KEYS = [("r", "key.resume"), ("l", "key.log"), ("^Q", "key.quit"), ("F2", "key.runs")]  # failed, stopped
     BINDINGS = [Binding("s", "stop", show=False), Binding("r", "resume", show=False),
                 Binding("l", "toggle_log", show=False)]
 
@@ -120,6 +123,8 @@ class TrainScreen(StageScreen):
         self.log_view = False
         """True: the log has the space the chart usually takes."""
         self.log_lines: list[str] = []
+        self.launching = False
+        """The confirmed config is being written (and launched): going back would leave it behind."""
 
     def compose_body(self) -> ComposeResult:
         with Vertical(id="prelaunch"):
@@ -147,6 +152,22 @@ class TrainScreen(StageScreen):
         self._prepare()
 
     # --------------------------------------------------------------- before launch
+    def unwritten(self) -> bool:
+        """Nothing of this stage is on disk yet: its config was not confirmed (or not written), nothing launched."""
+        return not (self.state.launched or self.launching or self.watching or self.process is not None
+                    or (self.wizard.run_folder / self.wizard.skill.config_file).exists())
+
+    def keys(self) -> list[tuple[str, str]]:
+        return self.KEYS if self.unwritten() else self.WRITTEN_KEYS
+
+    def action_back(self) -> None:
+        """Back to the config stage while nothing is written; after that the config is fixed (the app says so)."""
+        previous = self.wizard.skill.previous_stage(self.STAGE, self.state.answers())
+        if self.unwritten() and previous is not None:
+            self.wizard.goto(previous)
+        else:
+            self.wizard.go_back()
+
     def _prepare(self) -> None:
         from engine.errors import EngineError
 
@@ -186,6 +207,8 @@ class TrainScreen(StageScreen):
             self.say(info=[t("train.not_written")])
             return
         self.say(info=[t("train.writing")])
+        self.launching = True
+        self.query_one("#keyhelp", KeyHelp).set_keys(self.WRITTEN_KEYS)
         self.start(self.built.config, self.state.execution == "run_here")
 
     @work(thread=True, exclusive=True, group="launch")
@@ -199,8 +222,10 @@ class TrainScreen(StageScreen):
         self.post_message(RunStarted(run, process))
 
     def on_run_started(self, message: RunStarted) -> None:
+        self.launching = False
         if message.error:
             self.say([message.error])
+            self.query_one("#keyhelp", KeyHelp).set_keys(self.keys())
             return
         self.process = message.process
         output_dir = self.built.config.get("output_dir") if self.built else None
