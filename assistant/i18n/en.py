@@ -64,6 +64,7 @@ STRINGS: dict[str, str] = {
     "col.reason": "reason",
     "chart.waiting": "The loss chart appears after two logged steps.",
     "chart.right_axis": "right axis",
+    "chart.window": "each training point: the mean of {steps} steps",
     # --- stage titles
     "stage.header": "Stage {number} · {title}",
     "stage.flow.title": "The shape of this run",

@@ -64,6 +64,7 @@ STRINGS: dict[str, str] = {
     "col.reason": "原因",
     "chart.waiting": "记录到两个步骤后显示 loss 曲线。",
     "chart.right_axis": "右轴",
+    "chart.window": "每个训练点：{steps} 步的平均值",
     # --- stage titles
     "stage.header": "阶段 {number} · {title}",
     "stage.flow.title": "确认整体流程",

@@ -49,8 +49,11 @@ async def test_enter_and_ctrl_n_alone_run_the_whole_flow(workspace):
                          timeout=300, what="training to end")
         assert app.screen.status.state == "completed", app.screen.status
         assert "F2 runs" in str(app.screen.query_one("#keyhelp").render())  # the review is a key away here too
+        window = "each training point: the mean of 2 steps"  # the skill logs every 2 steps: the curve says so
+        assert window in str(app.screen.query_one("#chart").render())
         await _press(pilot, "enter")
         await _on(pilot, app, "LossScreen")
+        assert window in str(app.screen.query_one("#chart").render())
         await _press(pilot, "enter")
         await _on(pilot, app, "ConfirmTable", what="the infer.yaml table")
         await _press(pilot, "enter")  # confirming infer.yaml starts the validation

@@ -16,7 +16,7 @@ def _finished_run(workspace, when, rank, losses):
                                                "reason": "user-specified"}])
     save_state(state, workspace / "lf_runs")
     run = RunDir(workspace / "lf_runs" / state.run_id)
-    dump_yaml({"finetuning_type": "lora", "lora_rank": rank, "template": "qwen",
+    dump_yaml({"finetuning_type": "lora", "lora_rank": rank, "template": "qwen", "logging_steps": 2,
                "output_dir": f"/work/projects/acme/saves/SmolLM2-135M-Instruct/lora/sft_rank{rank}_{when:%H%M%S}"},
               run.path / "sft.yaml")
     run.update_status(state="completed", stage="sft", model=model, method="lora", step=len(losses),
@@ -42,7 +42,8 @@ async def test_review_lists_opens_and_compares_runs(workspace):
         await wait_until(pilot, lambda: on_screen(app, "RunScreen"))
         facts = str(app.screen.query_one("#answers").render())
         assert "Hello, I am Ada" in facts
-        assert app.screen.query_one("#config").row_count == 4
+        assert app.screen.query_one("#config").row_count == 5
+        assert "each training point: the mean of 2 steps" in str(app.screen.query_one("#chart").render())
         assert app.screen.query_one("#config").virtual_size.width <= SIZE[0]
         diff = str(app.screen.query_one("#diff").render())
         assert "lora_rank" in diff and "user-specified" in diff  # as the config stage lists it

@@ -77,6 +77,44 @@ def test_chart_ticks_are_round_evenly_spaced_and_whole_steps():
     assert axis and all(tick.isdigit() for tick in axis)  # fractional steps (6.7, 8.3) were shown before
 
 
+def _plotted_range(lines: list[str]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The steps at the plot's left and right edges and the values at its bottom and top edges, as the axes'
+    tick marks (┬ along the bottom, ┤ up the side) place them."""
+    top = next(row for row, line in enumerate(lines) if "┌" in line) + 1
+    bottom = next(row for row, line in enumerate(lines) if "└" in line) - 1
+    ticks = [(row, float(line.split("┤")[0])) for row, line in enumerate(lines) if line.split("┤")[0].strip()
+             and "┤" in line]
+    (first_row, first), (last_row, last) = ticks[0], ticks[-1]
+    per_row = (first - last) / (last_row - first_row)
+    axis = lines[bottom + 1]
+    marks = [column for column, char in enumerate(axis) if char == "┬"]
+    steps = [float(label) for label in lines[bottom + 2].split()]
+    per_column = (steps[-1] - steps[0]) / (marks[-1] - marks[0])
+    left, right = axis.index("└") + 1, axis.index("┘") - 1
+    return ((steps[0] - (marks[0] - left) * per_column, steps[-1] + (right - marks[-1]) * per_column),
+            (last - (bottom - last_row + 0.5) * per_row, first + (first_row - top + 0.5) * per_row))
+
+
+def test_the_chart_holds_every_point_with_a_margin_and_says_what_a_point_is():
+    import math
+
+    from assistant.tui.widgets.chart import render_chart, y_range
+
+    # logged every 20 steps from step 20: the first, highest loss lies before the first round step tick (50)
+    losses = [(step, 1.2 + 2.0 * math.exp(-step / 80)) for step in range(20, 401, 20)]
+    (left, right), (low, high) = _plotted_range(render_chart({"loss": losses}, 54, 12).plain.splitlines())
+    column = (400 - 20) / 48
+    assert abs(left - 20) <= column and abs(right - 400) <= column  # the first and the last step
+    values = [loss for _, loss in losses]
+    assert low < min(values) and max(values) < high  # the highest loss too
+    low, high = y_range(values)
+    margin = (max(values) - min(values)) * 0.05
+    assert math.isclose(high - max(values), margin) and math.isclose(min(values) - low, margin)
+    assert y_range([1.0, 1.0]) == (0.95, 1.05)  # a flat curve still sits inside the plot
+    drawn = render_chart({"loss": losses}, 54, 12, note="each training point: the mean of 20 steps").plain
+    assert drawn.splitlines()[0] == "⠤ loss  each training point: the mean of 20 steps"
+
+
 def test_metric_names_and_run_states_read_in_the_interface_language():
     from assistant import i18n
     from assistant.formatting import metric_words

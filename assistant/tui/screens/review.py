@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Label, Static
 from assistant.formatting import safe
 from assistant.i18n import t, t_or
 from assistant.tui.screens.config import diff_text
+from assistant.tui.screens.train import window_note
 from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import column_widths, fill_table, fmt_value
 from assistant.tui.widgets.keyhelp import KeyHelp
@@ -165,7 +166,7 @@ class RunScreen(Screen):
                  t("loss.plot", path=display_path(record.loss_plot)) if record.loss_plot else "",
                  t("summary.export") + " " + display_path(record.export_dir) if record.export_dir else ""]
         self.query_one("#run-facts", Static).update(safe("\n".join(f for f in facts if f), keep_layout=True))
-        self.query_one("#chart", LossChart).set_series({"loss": record.losses})
+        self.query_one("#chart", LossChart).set_series({"loss": record.losses}, note=window_note(record.config))
         diff = [[d["parameter"], fmt_value(d["default"], d["parameter"]), fmt_value(d["new"], d["parameter"]),
                  d["reason"]] for d in record.diff]  # as the config stage showed it: it reads at 80 columns
         self.query_one("#diff", Static).update(diff_text(diff) if diff else t("config.no_diff"))

@@ -6,6 +6,7 @@ says so. At 80x24 the chart and the log share the space: `l` gives it to the log
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.markup import escape
 from textual import work
@@ -93,6 +94,24 @@ def metric_series(metrics: list[dict], name: str) -> list[tuple[float, float]]:
     return sorted(points.items())
 
 
+def window_note(config: dict) -> str:
+    """What a point of the chart is: the trainer logs each metric as its mean over the logging_steps steps since
+    the last row, so a curve of them is smoother than the steps were; the chart says so."""
+    steps = config.get("logging_steps")
+    return t("chart.window", steps=steps) if isinstance(steps, int) and steps > 1 else ""
+
+
+def run_config(run_folder: Path, config_file: str) -> dict:
+    """The run's written config (sft.yaml, dpo.yaml, ...); empty when it cannot be read."""
+    from engine.config import read_yaml
+    from engine.errors import EngineError
+
+    try:
+        return read_yaml(run_folder / config_file)
+    except EngineError:
+        return {}
+
+
 def metric_label(name: str) -> str:
     """rewards/accuracies -> accuracies (准确率 in zh): the chart legend must fit ~54 columns."""
     return t_or(f"metric.short.{name}", name.rsplit("/", 1)[-1])
@@ -125,6 +144,8 @@ class TrainScreen(StageScreen):
         self.log_lines: list[str] = []
         self.launching = False
         """The confirmed config is being written (and launched): going back would leave it behind."""
+        self.note: str | None = None
+        """What a point of the chart is (window_note), once the run's config was read."""
 
     def compose_body(self) -> ComposeResult:
         with Vertical(id="prelaunch"):
@@ -317,7 +338,11 @@ class TrainScreen(StageScreen):
         names = settings.get("chart", ["loss"])
         series = {metric_label(name): self._series(name) for name in names}
         right = [metric_label(name) for name in settings.get("right_axis", [])]
-        self.query_one("#chart", LossChart).set_series(series, right=right)
+        if self.note is None:
+            config = self.built.config if self.built else run_config(self.wizard.run_folder,
+                                                                      self.wizard.skill.config_file)
+            self.note = window_note(config)
+        self.query_one("#chart", LossChart).set_series(series, right=right, note=self.note)
 
     def action_toggle_log(self) -> None:
         self.log_view = not self.log_view

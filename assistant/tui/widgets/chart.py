@@ -15,10 +15,14 @@ from textual.widgets import Static
 from assistant.i18n import t
 
 MARKERS: tuple[tuple[str, str], ...] = (("braille", "⠤"), ("dot", "•"), ("x", "x"), ("+", "+"))
+# Room above the highest and below the lowest value, as a share of their span: a point on the edge of the plot
+# reads as cut off.
+Y_MARGIN = 0.05
 
 
-def legend(names: list[str], right: set[str]) -> Text:
-    """`⠤ loss  • rewards/accuracies  x rewards/margins (right axis)` in the series' colours."""
+def legend(names: list[str], right: set[str], note: str = "") -> Text:
+    """`⠤ loss  • rewards/accuracies  x rewards/margins (right axis)` in the series' colours, then `note` (what a
+    point is) dimmed."""
     colours = ("blue", "green", "red", "magenta")
     text = Text()
     for index, name in enumerate(names):
@@ -26,7 +30,16 @@ def legend(names: list[str], right: set[str]) -> Text:
         label = f"{name} ({t('chart.right_axis')})" if name in right else name
         text.append(f"{marker} {label}", style=colours[index % len(colours)])
         text.append("  ")
+    if note:
+        text.append(note, style="dim")
     return text
+
+
+def y_range(values: list[float]) -> tuple[float, float]:
+    """The lowest and highest value with Y_MARGIN of their span around them (a flat series: of the value)."""
+    low, high = min(values), max(values)
+    margin = (high - low) * Y_MARGIN or abs(high) * Y_MARGIN or 1.0
+    return low - margin, high + margin
 
 
 def nice_ticks(low: float, high: float, count: int, *, whole: bool = False) -> tuple[list[float], list[str]]:
@@ -52,8 +65,9 @@ def _tick_label(value: float, step: float) -> str:
 
 
 def render_chart(series: dict[str, list[tuple[float, float]]], width: int, height: int,
-                 right: set[str] | frozenset[str] = frozenset()) -> Text:
-    """The chart as styled text; a note instead when no series has two points yet.
+                 right: set[str] | frozenset[str] = frozenset(), note: str = "") -> Text:
+    """The chart as styled text; a note instead when no series has two points yet. A legend line names the series
+    when there are several, and says what a point is (`note`) when that is given.
 
     plotext keeps one global figure, so this runs on the event loop only (about 15 ms per draw).
     """
@@ -62,27 +76,31 @@ def render_chart(series: dict[str, list[tuple[float, float]]], width: int, heigh
         return Text(t("chart.waiting"), style="dim")
     import plotext as plt
 
-    several = len(drawable) > 1
+    titled = len(drawable) > 1 or bool(note)
     figure = plt.figure
     figure.clear()
-    figure.plot_size(max(20, width), max(6, height - (1 if several else 0)))
+    figure.plot_size(max(20, width), max(6, height - (1 if titled else 0)))
     figure.theme("simple")
     for index, (name, points) in enumerate(drawable.items()):
         xs, ys = zip(*points)
         marker = MARKERS[index % len(MARKERS)][0]
         side = "right" if name in right else None
         figure.draw(figure.signal(list(xs), list(ys), marker=marker, yside=side).lines(True))
-    # Round ticks: whole steps along the bottom, evenly spaced values up the side(s) (plotext's own are not).
+    # Round ticks: whole steps along the bottom, evenly spaced values up the side(s) (plotext's own are not). The
+    # ranges are set too: from the ticks alone plotext takes the span of the ticks, which cut off the points past
+    # them (the first, highest loss of a curve whose first step lies before the first tick).
     xs = [x for points in drawable.values() for x, _ in points]
-    figure.ruler(axis=0, side=0).ticks(*nice_ticks(min(xs), max(xs), max(2, width // 7), whole=True))
+    figure.ruler(axis=0, side=0).lim(min(xs), max(xs)).ticks(*nice_ticks(min(xs), max(xs), max(2, width // 7),
+                                                                          whole=True))
     for side in (0, 1):
         ys = [y for name, points in drawable.items() if (name in right) == bool(side) for _, y in points]
         if ys:
-            figure.ruler(axis=1, side=side).ticks(*nice_ticks(min(ys), max(ys), max(2, round(height / 2.5))))
+            low, high = y_range(ys)
+            figure.ruler(axis=1, side=side).lim(low, high).ticks(*nice_ticks(low, high, max(2, round(height / 2.5))))
     plot = Text.from_ansi(str(figure.build()).rstrip("\n"))
-    if not several:
+    if not titled:
         return plot
-    return Text("\n").join([legend(list(drawable), set(right)), plot])
+    return Text("\n").join([legend(list(drawable), set(right), note), plot])
 
 
 class LossChart(Static):
@@ -94,10 +112,13 @@ class LossChart(Static):
         super().__init__(*args, **kwargs)
         self._series: dict[str, list[tuple[float, float]]] = {}
         self._right: set[str] = set()
+        self._note = ""
 
-    def set_series(self, series: dict[str, list[tuple[float, float]]], right: list[str] | tuple = ()) -> None:
+    def set_series(self, series: dict[str, list[tuple[float, float]]], right: list[str] | tuple = (),
+                   note: str = "") -> None:
+        """`note` says what a point is (the mean of each logging window), above the plot."""
         self._series = {name: list(points) for name, points in series.items()}
-        self._right = set(right)
+        self._right, self._note = set(right), note
         self._redraw()
 
     def on_resize(self) -> None:
@@ -106,4 +127,4 @@ class LossChart(Static):
     def _redraw(self) -> None:
         width = self.content_size.width or 50
         height = self.content_size.height or 10
-        self.update(render_chart(self._series, width, height, self._right))
+        self.update(render_chart(self._series, width, height, self._right, self._note))
