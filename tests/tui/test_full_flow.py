@@ -60,7 +60,10 @@ async def test_full_flow_trains_validates_and_exports(workspace):
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfirmTable"), what="infer.yaml table")
         infer_rows = dict(app.screen.rows)
-        await pilot.press("y")  # confirming runs the validation at once, on the suggested prompts
+        await pilot.press("y")  # confirming shows the suggested prompts; Enter on the focused button answers them
+        await wait_until(pilot, lambda: on_screen(app, "ValidateScreen") and app.screen.query_one("#prompts-box")
+                         .display, what="the prompts")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: app.state.validated, timeout=240, what="validation")
         intro = " ".join(str(app.screen.query_one("#intro").render()).split())
         assert "infer.yaml is written" in intro and "Once infer.yaml is confirmed" not in intro  # not stale

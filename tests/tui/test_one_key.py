@@ -56,7 +56,10 @@ async def test_enter_and_ctrl_n_alone_run_the_whole_flow(workspace):
         assert window in str(app.screen.query_one("#chart").render())
         await _press(pilot, "enter")
         await _on(pilot, app, "ConfirmTable", what="the infer.yaml table")
-        await _press(pilot, "enter")  # confirming infer.yaml starts the validation
+        await _press(pilot, "enter")  # confirming infer.yaml shows the prompts, to check first
+        await wait_until(pilot, lambda: on_screen(app, "ValidateScreen") and app.screen.query_one("#prompts-box")
+                         .display, what="the prompts")
+        await _press(pilot, "enter")  # on "Answer these prompts": the validation starts
         await wait_until(pilot, lambda: app.state.validated, timeout=240, what="validation")
         await _press(pilot, "enter")
         await _on(pilot, app, "ExportScreen")

@@ -1,7 +1,7 @@
-"""Stage 6: infer.yaml shown as a table and confirmed before it is written; then, at once, the base and the
-fine-tuned model answer the test prompts and a few held-out rows of the user's data (their answer from the data
-shown beside); `c` opens a chat with the tuned model (its base answering beside it). A reward model shows the
-scores it gave held-out pairs instead; a pre-training run completes text."""
+"""Stage 6: infer.yaml shown as a table and confirmed before it is written; then the test prompts, to check and
+edit, and on the user's go the base and the fine-tuned model answer them and a few held-out rows of the user's data
+(their answer from the data shown beside); `c` opens a chat with the tuned model (its base answering beside it). A
+reward model shows the scores it gave held-out pairs instead; a pre-training run completes text."""
 
 from __future__ import annotations
 
@@ -74,6 +74,8 @@ class ValidateScreen(StageScreen):
         self.train_config: dict = {}
         self.held_out: list[dict] = []
         self.held_out_total = 0
+        self.running = False
+        """The base and the tuned model are answering now."""
 
     @property
     def mode(self) -> str:
@@ -147,7 +149,7 @@ class ValidateScreen(StageScreen):
         self.infer = message.infer
         folder = self.wizard.run_folder
         if (folder / validate.INFER_FILE).is_file() and self.state.infer_config == self.infer:
-            self._written(run=False)
+            self._written()
             if self.state.validated:
                 self._show_answers()
         else:
@@ -171,20 +173,21 @@ class ValidateScreen(StageScreen):
 
         dump_yaml(self.infer, self.wizard.run_folder / validate.INFER_FILE)
         self.wizard.commit(self.state.replace(infer_config=self.infer))
-        self._written(run=True)
+        self._written()
 
-    def _written(self, *, run: bool) -> None:
-        """infer.yaml is on disk: validation starts now (it was what the confirmation asked for)."""
+    def _written(self) -> None:
+        """infer.yaml is on disk: the prompts are there to check and edit, and nothing answers them before the user
+        says go (Enter on the button, which has the focus, or Ctrl+N)."""
         self.query_one("#intro", Static).update(escape(self._intro(written=True)))
         self.query_one("#review").display = False
         self.query_one("#prompts-box").display = True
-        if self.state.execution != "run_here":
-            self.query_one("#run", Button).label = t("validate.write_prompts")
-            self.query_one("#run").display = True
-            self._run()
-            return
-        if run:
-            self._run()
+        button = self.query_one("#run", Button)
+        button.label = t("validate.write_prompts" if self.state.execution != "run_here" else
+                         "validate.run_again" if self.state.validated else "validate.answer")
+        button.display = True
+        button.focus()
+        if not (self.state.validated and self.state.execution == "run_here"):  # else the answers follow at once
+            self.say(info=[t("validate.check_prompts", button=str(button.label))])
 
     # --------------------------------------------------------------- run
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -204,6 +207,7 @@ class ValidateScreen(StageScreen):
         validate.write_prompts(self.wizard.run_folder, outcome.state.prompts, self.held_out)
         completion = self.mode == "completion"
         if self.state.execution != "run_here":
+            self.say()  # written: what to run elsewhere is shown below
             chat = validate.chat_command(self.wizard.run_folder, self.state.device, here=False)
             self.query_one("#chat-again", Static).update(escape(t(
                 "validate.commands_elsewhere", chat=chat,
@@ -213,6 +217,7 @@ class ValidateScreen(StageScreen):
         self.query_one("#run", Button).disabled = True
         self.query_one("#progress").display = True
         self.say(info=[t("validate.running")])
+        self.running = True
         self.run_validation(completion)
 
     @work(thread=True, exclusive=True, group="validate")
@@ -233,6 +238,7 @@ class ValidateScreen(StageScreen):
         self.query_one("#progress", ProgressBar).update(total=message.total, progress=message.done)
 
     def on_process_finished(self, message: ProcessFinished) -> None:
+        self.running = False
         self.query_one("#run", Button).disabled = False
         self.query_one("#progress").display = False
         if message.returncode != 0:
@@ -251,6 +257,7 @@ class ValidateScreen(StageScreen):
         self.query_one("#chat-again", Static).update(
             t("validate.saved", path=validate.ANSWERS_FILE) + "\n" + t("validate.chat_keys") + "\n" +
             t("validate.chat_again", command=validate.chat_command(self.wizard.run_folder, self.state.device)))
+        self.query_one("#run", Button).label = t("validate.run_again")
         self.query_one("#run").display = True
         self._ready_to_leave()
 
@@ -290,7 +297,10 @@ class ValidateScreen(StageScreen):
             if self.infer is not None:
                 self._ask_confirm()
             return
-        if self.state.execution == "run_here" and not self.state.validated:
+        if self.running:
             self.say(info=[t("validate.still_running")])
+            return
+        if not self.query_one("#continue").display:  # the prompts are not answered (or written) yet: this is the go
+            self._run()
             return
         self.wizard.advance(self.STAGE, self.state)
