@@ -2,8 +2,8 @@
 
 The CLI prints ``text``. A front end in another language renders ``code`` with ``fields`` through its own catalog
 and falls back to ``text`` for a code it does not know (lf-assistant: the ``engine.<code>`` keys of its catalogs).
-Fields are plain JSON values, or a nested message as a dict (``to_dict``), so a message survives a child
-process's JSON output and a saved state file.
+Fields are plain JSON values, a nested message as a dict (``to_dict``), or a list of those (a front end joins
+the list with its own separator), so a message survives a child process's JSON output and a saved state file.
 """
 
 from __future__ import annotations
@@ -24,5 +24,12 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "text": self.text,
-                "fields": {name: value.to_dict() if isinstance(value, Message) else value
-                           for name, value in self.fields.items()}}
+                "fields": {name: _plain(value) for name, value in self.fields.items()}}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Message):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value

@@ -78,8 +78,8 @@ def t_or(key: str, fallback: str, /) -> str:
 
 def t_message(message: object, fallback: str = "", /) -> str:
     """A sentence the engine gave as a code with its values (engine.messages.Message, or its dict): the catalog's
-    ``engine.<code>`` filled with the values (a nested message rendered the same way), else the engine's English
-    text, else ``fallback`` (no message, or one stored before it had a code)."""
+    ``engine.<code>`` filled with the values (a nested message rendered the same way, a list of them joined), else
+    the engine's English text, else ``fallback`` (no message, or one stored before it had a code)."""
     if hasattr(message, "to_dict"):
         message = message.to_dict()
     if not isinstance(message, dict) or not isinstance(message.get("code"), str):
@@ -90,12 +90,21 @@ def t_message(message: object, fallback: str = "", /) -> str:
     if not text:
         return english
     fields = message.get("fields") if isinstance(message.get("fields"), dict) else {}
-    values = {name: t_message(value, str(value.get("text", ""))) if isinstance(value, dict) else value
-              for name, value in fields.items()}
+    values = {name: _field_words(value) for name, value in fields.items()}
     try:
         return text.format(**values)
     except (KeyError, IndexError, ValueError, AttributeError):
         return english
+
+
+def _field_words(value: object) -> object:
+    """A message's field as the sentence shows it: a nested message rendered, a list of them joined with the
+    language's separator, a plain value as it is."""
+    if isinstance(value, dict):
+        return t_message(value, str(value.get("text", "")))
+    if isinstance(value, list):
+        return t("list.separator").join(str(_field_words(item)) for item in value)
+    return value
 
 
 def t(key: str, /, **values: object) -> str:

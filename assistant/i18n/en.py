@@ -498,4 +498,5 @@ STRINGS: dict[str, str] = {
     "summary.load": "Load it with:",
     "summary.answers": "What changed (base vs. fine-tuned):",
     "summary.chat_key": "c: chat with the fine-tuned model (its base beside it).",
+    "list.separator": "; ",
 }

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.jsonio import loads_json, read_json_dict
+from engine.messages import Message
 
 Where = Literal["local", "hf_cache", "modelscope_cache", "models_dir", "recorded"]
 
@@ -57,6 +58,8 @@ class CacheCheck:
     """Bytes the weights should take (from the shard index, the safetensors headers or params x dtype)."""
     searched: list[Path] = field(default_factory=list)
     """Every folder looked at, for the 'not found' message."""
+    problem_messages: list[Message] = field(default_factory=list)
+    """``problems`` as engine.messages.Message, one per problem."""
 
     @property
     def empty_shell(self) -> bool:
@@ -127,35 +130,42 @@ def _size(path: Path) -> int:
         return 0
 
 
-def safetensors_problem(path: Path) -> tuple[str | None, int]:
+def safetensors_problem(path: Path) -> tuple[Message | None, int]:
     """(what is wrong with a safetensors file or None, the size its header announces)."""
-    actual = _size(path)
+    actual, name = _size(path), path.name
     if not path.exists():
-        return f"{path.name} is missing", 0
+        return Message("models.cache.missing", f"{name} is missing", {"file": name}), 0
     try:
         with path.open("rb") as fh:
             head = fh.read(8)
             if head.startswith(LFS_POINTER[:8]):
-                return (f"{path.name} is a Git LFS pointer, not the weights (cloned without git-lfs): "
-                        "download it again with `lf-assistant models download`"), 0
+                return Message("models.cache.lfs_pointer", f"{name} is a Git LFS pointer, not the weights (cloned "
+                               "without git-lfs): download it again with `lf-assistant models download`",
+                               {"file": name}), 0
             if len(head) < 8:
-                return f"{path.name} is truncated ({actual} bytes)", 0
+                return Message("models.cache.truncated_bytes", f"{name} is truncated ({actual} bytes)",
+                               {"file": name, "bytes": actual}), 0
             (header_len,) = struct.unpack("<Q", head)
             if header_len > actual:
-                return f"{path.name} is truncated ({human_bytes(actual)} on disk)", 0
+                return Message("models.cache.truncated", f"{name} is truncated ({human_bytes(actual)} on disk)",
+                               {"file": name, "size": human_bytes(actual)}), 0
             if header_len > MAX_SAFETENSORS_HEADER:  # the safetensors library refuses larger ones too
-                return (f"{path.name} has a corrupt header (its length field says {human_bytes(header_len)}, more "
-                        f"than the {human_bytes(MAX_SAFETENSORS_HEADER)} safetensors allows)"), 0
+                said, limit = human_bytes(header_len), human_bytes(MAX_SAFETENSORS_HEADER)
+                return Message("models.cache.header_too_long", f"{name} has a corrupt header (its length field says "
+                               f"{said}, more than the {limit} safetensors allows)",
+                               {"file": name, "size": said, "limit": limit}), 0
             header = loads_json(fh.read(header_len).decode("utf-8"))
         data_end = _tensors_end(header)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) if type(exc) is ValueError else \
             exc.__class__.__name__
-        return f"{path.name} has a corrupt header ({why})", 0
+        return Message("models.cache.corrupt_header", f"{name} has a corrupt header ({why})",
+                       {"file": name, "why": why}), 0
     expected = 8 + header_len + data_end
     if actual != expected:
-        return (f"{path.name} is {human_bytes(actual)} but its header says {human_bytes(expected)}: "
-                "truncated or corrupted, download it again"), expected
+        return Message("models.cache.size_differs", f"{name} is {human_bytes(actual)} but its header says "
+                       f"{human_bytes(expected)}: truncated or corrupted, download it again",
+                       {"file": name, "size": human_bytes(actual), "expected": human_bytes(expected)}), expected
     return None, expected
 
 
@@ -193,7 +203,17 @@ def require_intact_safetensors(paths: list[Path], what: str) -> None:
                              "(an interrupted copy or download); copy or download it again.")
 
 
-def _weight_problems(root: Path) -> tuple[list[str], int | None, list[Path]]:
+def _empty(path: Path) -> Message:
+    return Message("models.cache.empty", f"{path.name} is empty", {"file": path.name})
+
+
+def _said(exc: Exception, code: str) -> Message:
+    """An error the check read from a file (a config.json or a weight index that cannot be read), with its
+    sentence as the detail: ``code`` says which file, the detail stays as the engine wrote it."""
+    return Message(code, str(exc), {"error": str(exc)})
+
+
+def _weight_problems(root: Path) -> tuple[list[Message], int | None, list[Path]]:
     """(problems, expected weight bytes, weight files) for the weights in a model folder."""
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = root / index_name
@@ -207,34 +227,36 @@ def _weight_problems(root: Path) -> tuple[list[str], int | None, list[Path]]:
         return [r[0] for r in results if r[0]], sum(r[1] for r in results), files
     bins = sorted(root.glob("pytorch_model*.bin"))
     if bins:
-        empty = [f"{p.name} is empty" for p in bins if _size(p) == 0]
-        return empty, None, bins
+        return [_empty(p) for p in bins if _size(p) == 0], None, bins
     if (root / "adapter_config.json").is_file():
-        return ["no weight files: this is a LoRA adapter folder, not a base model (use it as "
-                "adapter_name_or_path, with its base model as model_name_or_path)"], None, []
-    return ["no weight files (model.safetensors, its shards, or pytorch_model.bin)"], None, []
+        return [Message("models.cache.adapter_folder", "no weight files: this is a LoRA adapter folder, not a base "
+                        "model (use it as adapter_name_or_path, with its base model as model_name_or_path)")], None, []
+    return [Message("models.cache.no_weights", "no weight files (model.safetensors, its shards, or "
+                    "pytorch_model.bin)")], None, []
 
 
-def _sharded_problems(root: Path, index: Path) -> tuple[list[str], int | None, list[Path]]:
+def _sharded_problems(root: Path, index: Path) -> tuple[list[Message], int | None, list[Path]]:
     from engine.errors import ModelError
 
     try:
         shards = index_shards(index)
     except ModelError as exc:
-        return [str(exc)], None, []
+        return [_said(exc, "models.cache.index_unreadable")], None, []
     data = read_json_dict(index)
     problems, header_total, files = [], 0, [root / s for s in shards]
     missing = [s for s in shards if not (root / s).exists()]
     if missing:
-        problems.append(f"{len(missing)} of {len(shards)} weight shards missing: {', '.join(missing[:4])}"
-                        + (" ..." if len(missing) > 4 else ""))
+        names = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
+        problems.append(Message("models.cache.shards_missing", f"{len(missing)} of {len(shards)} weight shards "
+                                f"missing: {names}", {"missing": len(missing), "shards": len(shards),
+                                                      "names": names}))
     for shard in files:
         if shard.exists() and shard.suffix == ".safetensors":
             problem, expected = safetensors_problem(shard)
             header_total += expected
             problems += [problem] if problem else []
         elif shard.exists() and _size(shard) == 0:
-            problems.append(f"{shard.name} is empty")
+            problems.append(_empty(shard))
     metadata = data.get("metadata")
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
     total = total if type(total) is int and total > 0 else None
@@ -303,15 +325,15 @@ def model_config_problem(root: Path) -> str | None:
     return None
 
 
-def _config_problems(root: Path) -> tuple[list[str], dict]:
+def _config_problems(root: Path) -> tuple[list[Message], dict]:
     if not (root / "config.json").is_file():
-        return ["config.json is missing"], {}
+        return [Message("models.cache.missing", "config.json is missing", {"file": "config.json"})], {}
     from engine.errors import ModelError
 
     try:
         return [], read_model_config(root) or {}
     except ModelError as exc:
-        return [str(exc)], {}
+        return [_said(exc, "models.cache.config_unreadable")], {}
 
 
 def _dtype_bytes(config: dict) -> int:
@@ -319,48 +341,62 @@ def _dtype_bytes(config: dict) -> int:
     return DTYPE_BYTES.get(str(dtype), 2)
 
 
-def _size_problem(weight_bytes: int, params_b: float, config: dict) -> tuple[str | None, int | None]:
+def _size_problem(weight_bytes: int, params_b: float, config: dict) -> tuple[Message | None, int | None]:
     """Compare stored weight bytes with the published parameter count (skipped for quantized checkpoints)."""
     if config.get("quantization_config"):
         return None, None
     expected = int(params_b * 1e9 * _dtype_bytes(config))
     if weight_bytes < MIN_SIZE_RATIO * expected:
-        return (f"the weights take {human_bytes(weight_bytes)}, but a {params_b:g}B-parameter model needs about "
-                f"{human_bytes(expected)}: files are missing or this is not the model you meant"), expected
+        size, needed = human_bytes(weight_bytes), human_bytes(expected)
+        text = (f"the weights take {size}, but a {params_b:g}B-parameter model needs about {needed}: files are "
+                "missing or this is not the model you meant")
+        return Message("models.cache.too_small", text, {"size": size, "params": f"{params_b:g}B",
+                                                        "expected": needed}), expected
     return None, expected
 
 
-def _hf_blob_problems(root: Path) -> list[str]:
+def _hf_blob_problems(root: Path) -> list[Message]:
     """Partial blobs of an HF cache snapshot live in ../../blobs, not in the snapshot folder itself."""
     if root.parent.name != "snapshots":
         return []
     blobs = root.parent.parent / "blobs"
     partial = [p.name for p in blobs.glob("*.incomplete")] if blobs.is_dir() else []
-    return [f"{len(partial)} unfinished download(s) in {blobs} ({partial[0]})"] if partial else []
+    if not partial:
+        return []
+    return [Message("models.cache.unfinished_blobs", f"{len(partial)} unfinished download(s) in {blobs} "
+                    f"({partial[0]})", {"count": len(partial), "folder": str(blobs), "file": partial[0]})]
 
 
 def check_model_dir(path: Path, *, params_b: float | None = None) -> CacheCheck:
     """Check one folder: config, tokenizer, every weight shard at its announced size, no partial downloads."""
     root = Path(path).expanduser()
     if not root.is_dir():
-        return CacheCheck(root, False, "local", [f"{root} is not a folder"], searched=[root])
+        return _found(root, [Message("models.cache.not_a_folder", f"{root} is not a folder", {"path": str(root)})])
     files = _files(root)
     problems, config = _config_problems(root)
     if not any((root / name).is_file() for name in TOKENIZER_FILES):
-        problems.append("no tokenizer files (tokenizer.json, tokenizer.model or vocab.json)")
+        problems.append(Message("models.cache.no_tokenizer", "no tokenizer files (tokenizer.json, tokenizer.model or "
+                                "vocab.json)"))
     weight_problems, expected, weight_files = _weight_problems(root)
     problems += weight_problems
     partial = [p for p in files if p.name.endswith(PARTIAL_SUFFIXES)]
     if partial:
-        problems.append(f"{len(partial)} unfinished download file(s), e.g. {partial[0].relative_to(root)}: "
-                        "a download is running or was interrupted")
+        first = str(partial[0].relative_to(root))
+        problems.append(Message("models.cache.unfinished_files", f"{len(partial)} unfinished download file(s), e.g. "
+                                f"{first}: a download is running or was interrupted",
+                                {"count": len(partial), "file": first}))
     problems += _hf_blob_problems(root)
     if params_b and weight_files and not weight_problems:
         size_problem, estimate = _size_problem(sum(_size(p) for p in weight_files), params_b, config)
         problems += [size_problem] if size_problem else []
         expected = expected or estimate
-    size = sum(_size(p) for p in files)
-    return CacheCheck(root, not problems, "local", problems, size, expected, searched=[root])
+    return _found(root, problems, sum(_size(p) for p in files), expected)
+
+
+def _found(root: Path, problems: list[Message], size: int = 0, expected: int | None = None) -> CacheCheck:
+    """The check of the folder ``root``, complete when nothing is wrong."""
+    return CacheCheck(root, not problems, "local", [p.text for p in problems], size, expected, searched=[root],
+                      problem_messages=problems)
 
 
 # ---------------------------------------------------------------------------------------------------- search
@@ -435,7 +471,9 @@ def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheC
     if given.is_dir():
         return check_model_dir(given, params_b=_hub_ids(given.name)[1])
     if _looks_like_path(model):
-        return CacheCheck(None, False, None, [f"{model} does not exist"], searched=[given])
+        text = f"{model} does not exist"
+        return CacheCheck(None, False, None, [text], searched=[given],
+                          problem_messages=[Message("models.cache.does_not_exist", text, {"model": model})])
     _, params_b = _hub_ids(model)
     candidates = candidate_dirs(model, Path(models_dir))
     partial: list[CacheCheck] = []
@@ -452,7 +490,9 @@ def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheC
         best = max(partial, key=lambda c: c.size_bytes)
         best.searched = searched
         return best
-    return CacheCheck(None, False, None, [f"{model} was not found on this machine"], searched=searched)
+    text = f"{model} was not found on this machine"
+    return CacheCheck(None, False, None, [text], searched=searched,
+                      problem_messages=[Message("models.cache.not_found", text, {"model": model})])
 
 
 def checkpoint_is_quantized(model_name_or_path: str) -> str | None:

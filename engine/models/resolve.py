@@ -267,7 +267,7 @@ def resolve_model(model: str, *, template: str | None = None) -> Resolution:
     if folder is not None and not local.complete:
         problems = "; ".join(local.problems[:3]).rstrip(".")
         res.warn(Message("models.local_copy_unusable", f"The local copy at {folder} is not usable yet: {problems}.",
-                         {"folder": str(folder), "problems": problems}))
+                         {"folder": str(folder), "problems": local.problem_messages[:3]}))
     return res
 
 

@@ -446,3 +446,30 @@ def test_a_busy_machine_and_a_measurements_age_read_in_chinese(zh):
     assert "3 h前实测" in lines[0] and "实测时机器繁忙" in lines[-1] and "0.10" in lines[-1]
     for line in lines:
         assert not english_left(line), english_left(line)
+
+
+def _local_copy_note(folder):
+    """What the model stage says of a local copy that cannot be used yet: no weights, a download left half-way."""
+    from assistant.wizard.skill import load_skill
+    from assistant.wizard.stages import model
+    from assistant.wizard.state import new_state
+
+    outcome = model.resolve(new_state(), load_skill("sft"), str(folder))
+    assert outcome.ok, outcome.problems
+    return [note for note in outcome.notes if str(folder) in note]
+
+
+def test_a_local_copy_not_usable_yet_says_its_problems_in_chinese(zh, tmp_path):
+    from engine.models.resolve import resolve_model
+
+    folder = tmp_path / "models" / "Llama-3.2-1B-Instruct"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
+    (folder / "model.safetensors.incomplete").write_bytes(b"0" * 10)
+    (said,) = _local_copy_note(folder)
+    assert "没有分词器文件" in said and "没有权重文件" in said and "1 个未下载完的文件" in said, said
+    assert not english_left(said), english_left(said)
+    i18n.set_language("en")
+    (english,) = _local_copy_note(folder)
+    assert english in resolve_model(str(folder)).warnings
+    assert english.startswith(f"The local copy at {folder} is not usable yet: no tokenizer files")
