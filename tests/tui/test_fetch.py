@@ -41,6 +41,24 @@ async def test_offline_download_fails_clearly_and_the_user_can_pick_another_mode
         await wait_until(pilot, lambda: on_screen(app, "GpuScreen"))
 
 
+async def test_a_download_refused_offline_says_why_in_chinese(workspace):
+    from textual.widgets import Static
+
+    app = make_app(workspace, lang="zh")
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_model_screen(pilot, app)
+        field = app.screen.query_one("#model-input")
+        field.value = "Qwen/Qwen3-0.6B"
+        field.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+        app.screen.query_one("#fetch").press()
+        await wait_until(pilot, lambda: app.state.download.get("state") == "failed", what="offline failure")
+        shown = str(app.screen.query_one("#fetch-status", Static).render())
+        assert shown.startswith("获取失败：离线：已设置 HF_HUB_OFFLINE") and "Unset it" not in shown, shown
+        assert app.state.download["error"].startswith("Offline: HF_HUB_OFFLINE")  # the engine's words, kept
+
+
 @pytest.mark.slow
 async def test_demo_model_is_built_in_the_background_while_the_user_goes_on(workspace):
     shutil.rmtree(workspace / "models")

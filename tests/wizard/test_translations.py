@@ -473,3 +473,47 @@ def test_a_local_copy_not_usable_yet_says_its_problems_in_chinese(zh, tmp_path):
     (english,) = _local_copy_note(folder)
     assert english in resolve_model(str(folder)).warnings
     assert english.startswith(f"The local copy at {folder} is not usable yet: no tokenizer files")
+
+
+def _download_failures(tmp_path, monkeypatch):
+    """How two downloads from a hub on 127.0.0.1 end: a repo the hub does not have, and one whose weights are far
+    smaller than its parameter count says (the final check)."""
+    from hubserver import FakeHub, make_tiny_repo
+
+    from engine.models.cache import check_model_dir
+    from engine.models.download import DownloadJob
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    with FakeHub({"acme/tiny": make_tiny_repo(tmp_path / "files", weight_bytes=2**16)}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        absent = DownloadJob("acme/absent", "hf", tmp_path / "absent", interval_s=0.2).start().wait(60)
+        small = DownloadJob("acme/tiny", "hf", tmp_path / "small", interval_s=0.2,
+                            check=lambda folder: check_model_dir(folder, params_b=1.24)).start().wait(60)
+    assert absent.done and small.done and absent.error_message and small.error_message
+    return absent, small
+
+
+def test_a_failed_download_says_why_in_chinese_in_zh_and_as_before_in_english(zh, tmp_path, monkeypatch):
+    from assistant.wizard.stages import model, train
+    from assistant.wizard.state import new_state
+
+    def said(progress):
+        state = model.fetch_finished(new_state(), tmp_path, ok=False, error=progress.error,
+                                     error_message=progress.error_message)
+        refusal = train.ready_to_write(state)
+        assert refusal.problems == [i18n.t("train.download_failed", error=model.fetch_error(state))]
+        return model.fetch_error(state)
+
+    absent, small = _download_failures(tmp_path, monkeypatch)
+    assert said(absent).startswith("下载失败：Hugging Face（http://") and "没有找到 acme/absent" in said(absent)
+    assert said(small).startswith("下载已结束，但文件夹不完整：权重只有") and "1.24B 参数的模型" in said(small)
+    for text in (said(absent), said(small)):
+        assert not english_left(text), english_left(text)
+    i18n.set_language("en")
+    assert (said(absent), said(small)) == (absent.error, small.error)
+    assert absent.error.startswith("download failed: acme/absent was not found on Hugging Face (http://")
+    assert absent.error.endswith("Check the id, or --source modelscope.")
+    assert small.error.startswith("the download ended but the folder is not complete: the weights take ")

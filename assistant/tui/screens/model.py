@@ -202,7 +202,7 @@ class ModelScreen(StageScreen):
             text = ""
             self.plan = model.FetchPlan("none")
         elif download.get("state") == "failed":
-            text = t("fetch.failed", error=download.get("error") or "-")
+            text = t("fetch.failed", error=model.fetch_error(self.state))
             self.query_one("#fetch-box").display = True
         self.query_one("#fetch-status", Static).update(escape(text))
         if self.resolved:

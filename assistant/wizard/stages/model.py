@@ -169,12 +169,20 @@ def build_command(name: str, target: Path) -> list[str]:
     return [sys.executable, "-c", code, name, str(target)]
 
 
-def fetch_finished(state: WizardState, target: Path, *, ok: bool, error: str | None = None) -> WizardState:
-    """Record the end of a download or build: the folder becomes the model path when it is complete."""
-    download = dict(state.download, target=str(target), state="done" if ok else "failed", error=error)
+def fetch_finished(state: WizardState, target: Path, *, ok: bool, error: str | None = None,
+                   error_message: dict | None = None) -> WizardState:
+    """Record the end of a download or build: the folder becomes the model path when it is complete. The error is
+    kept in the engine's words and, where it has one, as its code with values (``error_message``)."""
+    download = dict(state.download, target=str(target), state="done" if ok else "failed", error=error,
+                    error_message=error_message)
     if not ok:
         return state.replace(download=download)
     return state.replace(download=download, model_path=str(Path(target).resolve()))
+
+
+def fetch_error(state: WizardState) -> str:
+    """Why the download failed, in the interface language where the engine gave a code."""
+    return t_message(state.download.get("error_message"), state.download.get("error") or "-")
 
 
 def confirm(state: WizardState) -> Outcome:

@@ -16,6 +16,7 @@ from typing import Any, Literal, Mapping
 from assistant.i18n import t
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.stages.gpu import device_env, env_prefix
+from assistant.wizard.stages.model import fetch_error
 from assistant.wizard.state import WizardState
 from engine.runstatus import RunStatus
 from engine.resources import resource_dir
@@ -36,7 +37,7 @@ def ready_to_write(state: WizardState) -> Outcome:
     if state.download.get("state") == "running":
         return refused(t("train.wait_download"), code="downloading")
     if state.download.get("state") == "failed":
-        return refused(t("train.download_failed", error=state.download.get("error") or "-"), code="download_failed")
+        return refused(t("train.download_failed", error=fetch_error(state)), code="download_failed")
     return Outcome(state)
 
 
