@@ -23,3 +23,11 @@ class Check:
 
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def with_faults(detail: Message, faults: list[Message]) -> Message:
+    """A check's detail followed by what failed, each fault its own sentence ('...; missing: lm_head.weight')."""
+    if not faults:
+        return detail
+    return Message("check.faults", "; ".join([detail.text, *(fault.text for fault in faults)]),
+                   {"detail": detail, "faults": faults})

@@ -364,6 +364,7 @@ STRINGS: dict[str, str] = {
     "export.check": "check {state}: {name} ({detail})",
     "export.check_passed": "passed",
     "export.check_failed": "FAILED",
+    "export.note": "note: {note}",
     "export.command": "Written. Elsewhere, run:\n  {command}",
     "export.not_done": "Confirm export.yaml and run the export first.",
     "export.empty_dir": "Name the export folder.",

@@ -1,11 +1,14 @@
 """`python -m engine.export EXPORT.yaml [key=value ...]`: export, printing `progress i/n <step>` lines.
 
-On success prints `exported to <dir>`; exit code 0, or 2 with the reason on stderr.
+On success prints `exported to <dir>`; exit code 0, or 2 with the reason on stderr (`error: ...`), followed, where
+the reason has a code with values (engine.messages), by `error_message: <its JSON>` for a front end in another
+language.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -24,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         result = export_model(config, on_progress=lambda i, n, text: print(f"progress {i}/{n} {text}", flush=True))
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if exc.message is not None:
+            print(f"error_message: {json.dumps(exc.message.to_dict())}", file=sys.stderr)
         return 2
     for check in result.checks:
         print(f"check {'passed' if check.passed else 'FAILED'}: {check.name} ({check.detail})", flush=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from engine.checks import with_faults
 from engine.export.merge import Check
 from engine.messages import Message
 
@@ -46,14 +47,20 @@ def check_tokenizer(gguf_tokenizer, tokenizer, texts: list[str]) -> Check:
     specials = ("bos_token_id", "eos_token_id", "pad_token_id")
     wrong = [s for s in specials if getattr(tokenizer, s) is not None
              and getattr(gguf_tokenizer, s) != getattr(tokenizer, s)]
-    same = f"{len(texts) - len(differing)} of {len(texts)} probe texts encode to the same ids"
-    detail = same + (f"; differ: {differing[0]!r}" if differing else "")
-    detail += ("; special ids differ: " + ", ".join(f"{s} {getattr(gguf_tokenizer, s)} (expected "
-                                                 f"{getattr(tokenizer, s)})" for s in wrong)) if wrong else ""
-    return Check(name="GGUF tokenizer encodes like the model's", passed=not differing and not wrong, detail=detail,
+    same = Message("export.check.same_ids", f"{len(texts) - len(differing)} of {len(texts)} probe texts encode to "
+                   "the same ids", {"same": len(texts) - len(differing), "texts": len(texts)})
+    faults = [Message("export.check.differs_on", f"differ: {differing[0]!r}", {"text": repr(differing[0])})] \
+        if differing else []
+    ids = [Message("export.check.special_id", f"{s} {getattr(gguf_tokenizer, s)} (expected {getattr(tokenizer, s)})",
+                   {"name": s, "got": getattr(gguf_tokenizer, s), "expected": getattr(tokenizer, s)}) for s in wrong]
+    if ids:
+        said = ", ".join(i.text for i in ids)
+        faults.append(Message("export.check.special_ids_differ", f"special ids differ: {said}", {"ids": ids}))
+    detail = with_faults(same, faults)
+    return Check(name="GGUF tokenizer encodes like the model's", passed=not differing and not wrong,
+                 detail=detail.text,
                  name_message=Message("export.check.gguf_tokenizer", "GGUF tokenizer encodes like the model's"),
-                 detail_message=None if differing or wrong else Message(
-                     "export.check.same_ids", same, {"same": len(texts) - len(differing), "texts": len(texts)}))
+                 detail_message=detail)
 
 
 def check_logits(reference: torch.Tensor, loaded: torch.Tensor, mask: torch.Tensor, quantization: str) -> Check:
@@ -107,13 +114,16 @@ def check_greedy(reference_model, loaded_model, prompts: list[list[int]], stop_i
                    f"{near_ties[0][2]}, under 2 x the logit difference)")
         fields.update(ties=len(near_ties), margin=f"{near_ties[0][3]:.3g}", at=near_ties[0][2])
         code = "export.check.greedy_near_ties"
+    faults = []
     if wrong:
         expected, got, step, margin = wrong[0]
-        detail += f"; differ at token {step} (margin {margin:.3g}): expected {expected!r}, got {got!r}"
+        faults.append(Message("export.check.greedy_differs", f"differ at token {step} (margin {margin:.3g}): "
+                              f"expected {expected!r}, got {got!r}", {"at": step, "margin": f"{margin:.3g}",
+                                                                    "expected": repr(expected), "got": repr(got)}))
+    said = with_faults(Message(code, detail, fields), faults)
     name = "GGUF greedy answers match the exported model"
-    return Check(name=name, passed=not wrong, detail=detail,
-                 name_message=Message("export.check.gguf_greedy", name),
-                 detail_message=None if wrong else Message(code, detail, fields))
+    return Check(name=name, passed=not wrong, detail=said.text,
+                 name_message=Message("export.check.gguf_greedy", name), detail_message=said)
 
 
 def verify_gguf(path: Path, model, tokenizer, prompts: list[list[int]], texts: list[str], *, quantization: str,

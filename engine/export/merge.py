@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from engine.checks import Check  # noqa: F401 - export's name for it
+from engine.checks import Check, with_faults  # noqa: F401 - Check: export's name for it
 from engine.errors import ModelError
 from engine.messages import Message
 from engine.inference.source import attach_adapter
@@ -47,12 +47,12 @@ class Fingerprint:
 
 def merge_adapters(model, adapters: list[str], probe: dict, *, base_model: str,
                    progress: Callable[[str], None] = lambda _msg: None) -> tuple[object, list[Check], list[Fingerprint],
-                                                                                 list[str]]:
+                                                                                 list[Message]]:
     """(merged model, checks, fingerprints of what the export must hold, notes). Raises ModelError when an adapter
     changes nothing."""
     checks: list[Check] = []
     prints: list[Fingerprint] = []
-    notes: list[str] = []
+    notes: list[Message] = []
     for adapter in adapters:
         progress(f"merging adapter {adapter}")
         peft_model = attach_adapter(model, adapter, base_model)
@@ -75,7 +75,7 @@ def merge_adapters(model, adapters: list[str], probe: dict, *, base_model: str,
     return model, checks, prints, notes
 
 
-def untie_adapted_embeddings(peft_model) -> str | None:
+def untie_adapted_embeddings(peft_model) -> Message | None:
     """Give the output head its own copy of a tied embedding when an adapter wraps either of them."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
@@ -95,8 +95,8 @@ def untie_adapted_embeddings(peft_model) -> str | None:
     text_config = base.config.get_text_config() if hasattr(base.config, "get_text_config") else None
     if text_config is not None:
         text_config.tie_word_embeddings = False
-    return ("the adapter trains a tied embedding, so the export unties the input embedding and the output head "
-            "(tie_word_embeddings: false); each keeps what training gave it.")
+    return Message("export.untied_embeddings", "the adapter trains a tied embedding, so the export unties the input "
+                   "embedding and the output head (tie_word_embeddings: false); each keeps what training gave it.")
 
 
 def fingerprints(peft_model, carry_forward: Sequence[Fingerprint] = ()) -> tuple[list[Fingerprint],
@@ -160,15 +160,16 @@ def check_weights(model, prints: list[Fingerprint], adapter: str) -> Check:
     params = dict(model.named_parameters())
     failed = [p.param for p in prints if p.param not in params
               or not entries_match(params[p.param].detach().flatten()[p.index].cpu(), p)]
-    equal = (f"{adapter}: {len(prints) - len(failed)} of {len(prints)} adapted matrices equal base + B·A at their "
-             f"{TOP_K_ENTRIES} largest-update entries")
+    equal = Message("export.check.merged_equal", f"{adapter}: {len(prints) - len(failed)} of {len(prints)} adapted "
+                    f"matrices equal base + B·A at their {TOP_K_ENTRIES} largest-update entries", {
+                        "adapter": adapter, "equal": len(prints) - len(failed), "total": len(prints),
+                        "entries": TOP_K_ENTRIES})
+    names = ", ".join(failed[:5])
+    detail = with_faults(equal, [Message("export.check.not_merged", f"not merged: {names}", {"names": names})]
+                         if failed else [])
     name = "merged weights differ from the base where the adapter is non-zero"
-    return Check(name=name, passed=not failed,
-                 detail=equal + (f"; not merged: {', '.join(failed[:5])}" if failed else ""),
-                 name_message=Message("export.check.merged_differ", name),
-                 detail_message=None if failed else Message("export.check.merged_equal", equal, {
-                     "adapter": adapter, "equal": len(prints) - len(failed), "total": len(prints),
-                     "entries": TOP_K_ENTRIES}))
+    return Check(name=name, passed=not failed, detail=detail.text,
+                 name_message=Message("export.check.merged_differ", name), detail_message=detail)
 
 
 def probe_logits(model, probe: dict) -> torch.Tensor:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.messages import Message
+
 _SYS, _U1, _A1, _U2 = "SYSMARK7f3a", "USERMARK7f3a", "ANSWERMARK7f3a", "USERTWOMARK7f3a"
 
 
@@ -156,7 +158,7 @@ def go_template(parts: ChatParts, bos_token: str | None) -> str:
             + _go_literal(parts.assistant_suffix) + "{{ end }}{{ end }}" + _go_literal(parts.generation_prompt))
 
 
-def write_modelfile(folder: Path, template, tokenizer, source: str = ".") -> str | None:
+def write_modelfile(folder: Path, template, tokenizer, source: str = ".") -> Message | None:
     """Write <folder>/Modelfile whose FROM is `source` (the folder, or a GGUF file in it); returns a note when the
     chat template could not be carried over."""
     parts = extract_parts(template)
@@ -165,9 +167,10 @@ def write_modelfile(folder: Path, template, tokenizer, source: str = ".") -> str
              f"FROM {source}"]
     note = None
     if parts is None or '"""' in go_template(parts, tokenizer.bos_token) + parts.default_system:
-        note = (f"the chat template {template.name!r} does not split into fixed pieces, so the Modelfile has no "
-                "TEMPLATE: add one by hand before `ollama create`.")
-        lines.append(f"# No TEMPLATE: {note}")
+        note = Message("export.no_modelfile_template", f"the chat template {template.name!r} does not split into "
+                       "fixed pieces, so the Modelfile has no TEMPLATE: add one by hand before `ollama create`.",
+                       {"template": template.name})
+        lines.append(f"# No TEMPLATE: {note.text}")
     else:
         lines.append(f'TEMPLATE """{go_template(parts, tokenizer.bos_token)}"""')
         if parts.default_system:

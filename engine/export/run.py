@@ -24,11 +24,15 @@ from engine.export.writer import save_tokenizer, save_weights, verify_export, wr
 from engine.inference.source import (EXPORT_INFO_FILE, ModelPlan, checkpoint_is_quantized,
                                      load_tokenizer_and_template, pick_device, plan_model)
 from engine.jsonio import read_json_dict as _read_json
+from engine.messages import Message
 
 EXPORT_RECORD = EXPORT_INFO_FILE
 STEPS = ("checking the config", "loading the tokenizer and template", "loading the model", "merging",
          "writing the weights", "verifying the written files", "writing the tokenizer and Modelfile")
 GGUF_STEP = "writing the GGUF file and comparing it with the export"  # an eighth step with export_format: gguf
+MERGE_FAILED = Message("export.merge_failed", "The merge did not check out, so nothing was exported")
+WRITTEN_FAILED = Message("export.written_failed", "The written export did not check out, so it was removed")
+GGUF_FAILED = Message("export.gguf_failed", "The GGUF file did not check out, so nothing was exported")
 PROBE_PROMPTS = ("Hello! Who are you?", "Explain in one sentence what a Python list is.", "Name three colours.")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -42,6 +46,9 @@ class ExportResult:
     files: list[str]
     checks: list[Check]
     notes: list[str] = field(default_factory=list)
+    note_messages: list[Message] = field(default_factory=list)
+    """The notes as engine.messages.Message, as lfa_export.json records them (the swap's own notes, which come
+    after the record is written, are in ``notes`` only)."""
     gguf: str | None = None
     """The GGUF file in export_dir (export_format: gguf), which the Modelfile points at."""
 
@@ -57,7 +64,7 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
     progress(1)
     plan, target, source = _plan(config)
     device, device_note = pick_device(config.export_device)
-    notes = [n for n in (device_note, *plan.notes) if n]
+    notes = [n for n in (device_note, *plan.note_messages) if n]
     progress(2)
     tokenizer, template = load_tokenizer_and_template(plan, trust_remote_code=config.trust_remote_code,
                                                       config=config)
@@ -78,7 +85,7 @@ def export_model(config: ExportConfig, on_progress: Callable[[int, int, str], No
         notes += merge_notes
     else:
         progress(4, f"nothing to merge: {plan.method} output is re-saved as it is")
-    _raise_on_failures(checks, "The merge did not check out, so nothing was exported")
+    _raise_on_failures(checks, MERGE_FAILED)
     staging = make_staging(target)
     try:
         result = _write(config, plan, model, tokenizer, template, staging, target, save_dtype, prints, checks, notes,
@@ -137,10 +144,9 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
     progress(6)
     label = "merged" if plan.adapters else "fine-tuned"
     checks = checks + verify_export(staging, files, model, prints, shard_bytes, label)
-    _raise_on_failures(checks, "The written export did not check out, so it was removed")
+    _raise_on_failures(checks, WRITTEN_FAILED)
     progress(7)
-    changes = save_tokenizer(tokenizer, template, staging, padding_side)
-    notes += [f"tokenizer: {change}" for change in changes]
+    notes += save_tokenizer(tokenizer, template, staging, padding_side)
     gguf_name = None
     if config.gguf_quantization():
         from engine.export.gguf_check import export_gguf
@@ -150,13 +156,13 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
                                              quantization=config.gguf_quantization(),
                                              progress=lambda text: progress(8, text))
         checks = checks + gguf_checks
-        _raise_on_failures(gguf_checks, "The GGUF file did not check out, so nothing was exported")
+        _raise_on_failures(gguf_checks, GGUF_FAILED)
     modelfile_note = write_modelfile(staging, template, tokenizer, source=f"./{gguf_name}" if gguf_name else ".")
     if modelfile_note:
         notes.append(modelfile_note)
     operation = "merge" if plan.adapters else "re-save"
     result = ExportResult(export_dir=target, operation=operation, template=template.name, files=files,
-                          checks=checks, notes=notes, gguf=gguf_name)
+                          checks=checks, notes=[note.text for note in notes], note_messages=notes, gguf=gguf_name)
     record = {
         "export_dir": str(target), "operation": operation, "method": plan.method, "base_model": plan.base_model,
         "adapters_merged": plan.adapters, "template": template.name, "template_origin": plan.template_origin,
@@ -164,17 +170,22 @@ def _write(config, plan, model, tokenizer, template, staging: Path, target: Path
         "export_size_gb": config.export_size, "weight_files": files,
         "index": next((p.name for p in staging.glob("*.index.json")), None),
         "tie_word_embeddings": bool(getattr(model.config, "tie_word_embeddings", False)),
-        "checks": [c.as_dict() for c in checks], "notes": notes, "created_at": time.time(),
+        "checks": [c.as_dict() for c in checks], "notes": result.notes,
+        "note_messages": [note.to_dict() for note in notes], "created_at": time.time(),
         "gguf": {"file": gguf_name, "quantization": config.gguf_quantization()} if gguf_name else None,
     }
     write_json_atomic(staging / EXPORT_RECORD, record)
     return result
 
 
-def _raise_on_failures(checks: list[Check], headline: str) -> None:
-    failed = [c for c in checks if not c.passed]
+def _raise_on_failures(checks: list[Check], headline: Message) -> None:
+    failed = [Message("export.failed_check", f"{c.name}: {c.detail}", {"name": c.name_message or c.name,
+                                                                        "detail": c.detail_message or c.detail})
+              for c in checks if not c.passed]
     if failed:
-        raise EngineError(f"{headline}:\n- " + "\n- ".join(f"{c.name}: {c.detail}" for c in failed))
+        text = f"{headline.text}:\n- " + "\n- ".join(check.text for check in failed)
+        raise EngineError(text, message=Message("export.checks_failed", text, {"headline": headline,
+                                                                                "checks": failed}))
 
 
 def _probe_batch(tokenizer, template, device: str) -> dict:

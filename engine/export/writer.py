@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from engine.checks import with_faults
 from engine.export.merge import Check, Fingerprint, entries_match
 from engine.jsonio import write_text_atomic
 from engine.messages import Message
@@ -22,7 +23,7 @@ LEGACY_INDEX = "pytorch_model.bin.index.json"
 
 
 def save_weights(model, folder: Path, *, shard_bytes: int, dtype: torch.dtype, legacy: bool,
-                 stop_ids: list[int], pad_id: int | None) -> tuple[list[str], list[str]]:
+                 stop_ids: list[int], pad_id: int | None) -> tuple[list[str], list[Message]]:
     """(weight file names, notes). Casts the model to `dtype` in place first."""
     model.to(dtype)
     notes = []
@@ -30,7 +31,8 @@ def save_weights(model, folder: Path, *, shard_bytes: int, dtype: torch.dtype, l
     oversized = [(name, t.numel() * t.element_size()) for name, t in unique.values()
                  if t.numel() * t.element_size() > shard_bytes]
     for name, size in oversized[:3]:
-        notes.append(f"tensor {name} ({size / 1e9:.3g} GB) is larger than export_size, so it sits alone in its shard.")
+        notes.append(Message("export.tensor_alone", f"tensor {name} ({size / 1e9:.3g} GB) is larger than export_size, "
+                             "so it sits alone in its shard.", {"tensor": name, "size": f"{size / 1e9:.3g}"}))
     generation = model.generation_config
     generation.eos_token_id = stop_ids if len(stop_ids) > 1 else stop_ids[0]
     if pad_id is not None:
@@ -68,9 +70,11 @@ def _to_legacy_bin(folder: Path, files: list[str]) -> list[str]:
     return sorted(renamed.values())
 
 
-def save_tokenizer(tokenizer, template, folder: Path, padding_side: str) -> list[str]:
-    """Save the tokenizer serving the training template; returns what had to change on the tokenizer."""
-    changes = template.fix_tokenizer(tokenizer)
+def save_tokenizer(tokenizer, template, folder: Path, padding_side: str) -> list[Message]:
+    """Save the tokenizer serving the training template; returns a note for each thing that had to change on the
+    tokenizer."""
+    changes = [Message("export.tokenizer_change", f"tokenizer: {change.text}", {"change": change})
+               for change in template.fix_tokenizer(tokenizer)]
     jinja = template.jinja
     tokenizer.padding_side = padding_side
     tokenizer.save_pretrained(str(folder))
@@ -119,15 +123,17 @@ def verify_export(folder: Path, files: list[str], model, prints: list[Fingerprin
         carried += sum(entries_match(flat[p.index], p) for p in by_param.get(name, []))
     stored = {_storage(t) for n, t in state.items() if n in saved}
     missing = [n for n in state if n not in saved and _storage(state[n]) not in stored]  # tied aliases are fine
-    read_back = f"{len(saved)} tensors read back from {len(files)} file(s)"
+    read_back = Message("export.check.read_back", f"{len(saved)} tensors read back from {len(files)} file(s)",
+                        {"tensors": len(saved), "files": len(files)})
+    faults = [Message(code, f"{word}: {', '.join(names[:5])}", {"names": ", ".join(names[:5])})
+              for code, word, names in (("export.check.differ", "differ", differing),
+                                        ("export.check.missing", "missing", missing)) if names]
+    detail = with_faults(read_back, faults)
     name = f"export files hold the {label} weights"
-    checks = [Check(name=name, passed=not differing and not missing,
-                    detail=read_back + (f"; differ: {', '.join(differing[:5])}" if differing else "")
-                           + (f"; missing: {', '.join(missing[:5])}" if missing else ""),
+    checks = [Check(name=name, passed=not differing and not missing, detail=detail.text,
                     name_message=Message(f"export.check.files_hold_{'merged' if label == 'merged' else 'tuned'}",
                                          name),
-                    detail_message=None if differing or missing else Message(
-                        "export.check.read_back", read_back, {"tensors": len(saved), "files": len(files)}))]
+                    detail_message=detail)]
     if prints:
         overlapping = len(by_param) < len(prints)  # adapters that share a matrix: their updates add up there
         detail = (f"{carried} of {len(prints)} (adapter, matrix) pairs in the files carry base + the sum of the "
@@ -149,11 +155,14 @@ def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Chec
     over = [n for n, (count, data) in contents.items() if data > shard_bytes and count > 1]
     largest = max((data for _, data in contents.values()), default=0)
     sizes_text = f"{len(files)} shard(s), largest {largest / 1e9:.4g} GB, export_size {shard_bytes / 1e9:.4g} GB"
+    sizes = Message("export.check.shard_sizes", sizes_text, {
+        "shards": len(files), "largest": f"{largest / 1e9:.4g}", "limit": f"{shard_bytes / 1e9:.4g}"})
+    detail = with_faults(sizes, [Message("export.check.too_large", f"too large: {', '.join(over)}",
+                                         {"names": ", ".join(over)})] if over else [])
     return Check(name="weight shards within export_size", passed=not over, measured=float(largest),
-                 tolerance=float(shard_bytes), detail=sizes_text + (f"; too large: {', '.join(over)}" if over else ""),
+                 tolerance=float(shard_bytes), detail=detail.text,
                  name_message=Message("export.check.shards", "weight shards within export_size"),
-                 detail_message=None if over else Message("export.check.shard_sizes", sizes_text, {
-                     "shards": len(files), "largest": f"{largest / 1e9:.4g}", "limit": f"{shard_bytes / 1e9:.4g}"}))
+                 detail_message=detail)
 
 
 def _shard_contents(path: Path) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError, ModelError
+from engine.messages import Message
 from engine.inference.config import ADAPTER_METHODS
 from engine.models.cache import checkpoint_is_quantized  # noqa: F401 - export asks it here
 from engine.jsonio import read_json_dict as _read_json, read_record
@@ -41,6 +42,8 @@ class ModelPlan:
     trained_base: str | None = None
     """The base model the run recorded (to find the base of a full fine-tune, for comparisons)."""
     notes: list[str] = field(default_factory=list)
+    note_messages: list[Message] = field(default_factory=list)
+    """``notes`` as engine.messages.Message, one per note."""
 
 
 _TRAINING_FIELDS = {"base_model": str, "finetuning_type": str, "template": str, "stage": str, "run_id": str,
@@ -128,10 +131,11 @@ def plan_model(model_name_or_path: str | None, adapters: list[str], template: st
     tokenizer_source = adapters[-1] if adapters and _has_tokenizer(Path(adapters[-1])) else str(model_name_or_path)
     return ModelPlan(base_model=str(model_name_or_path), adapters=list(adapters), method=method,
                      template_name=name, template_origin=origin, tokenizer_source=tokenizer_source,
-                     trained_base=(info or {}).get("base_model"), notes=notes)
+                     trained_base=(info or {}).get("base_model"), notes=[note.text for note in notes],
+                     note_messages=notes)
 
 
-def check_adapter_templates(configured: str | None, adapters: list[str]) -> tuple[str | None, str, list[str]]:
+def check_adapter_templates(configured: str | None, adapters: list[str]) -> tuple[str | None, str, list[Message]]:
     """check_template for a list of adapters: every adapter answers in the one template chat and export use, so each
     recorded training template must agree with the others and with the configured one."""
     infos = {folder: read_training_info(folder) for folder in adapters}
@@ -153,7 +157,7 @@ def _template_words(name: str) -> str:
     return "the model's own chat template (auto)" if name == "auto" else repr(name)
 
 
-def check_template(configured: str | None, info: dict | None, folder: str) -> tuple[str | None, str, list[str]]:
+def check_template(configured: str | None, info: dict | None, folder: str) -> tuple[str | None, str, list[Message]]:
     """(template name to use, where it came from, notes). Refuses a configured name that differs from training's."""
     configured = None if configured in (None, "", "auto") else configured
     trained = (info or {}).get("template")
@@ -175,11 +179,14 @@ def check_template(configured: str | None, info: dict | None, folder: str) -> tu
                 "`template: auto`.")
         return None, note, []
     if configured:
-        note = (f"the template could not be checked against training: {folder} has no {TRAINING_INFO_FILE} "
-                f"(trained with another tool?); using template {configured!r} as configured.")
+        note = Message("inference.template_unchecked", f"the template could not be checked against training: "
+                       f"{folder} has no {TRAINING_INFO_FILE} (trained with another tool?); using template "
+                       f"{configured!r} as configured.", {"folder": folder, "record": TRAINING_INFO_FILE,
+                                                          "template": configured})
         return configured, "the config (not verified against training)", [note]
-    return None, "the tokenizer's own chat template", [
-        f"no template configured and none recorded in {folder}: using the tokenizer's own chat template."]
+    return None, "the tokenizer's own chat template", [Message(
+        "inference.tokenizer_template", f"no template configured and none recorded in {folder}: using the "
+        "tokenizer's own chat template.", {"folder": folder})]
 
 
 def _refuse_adapter_as_model(model_dir: Path) -> None:
@@ -210,17 +217,18 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in _TOKENIZER_FILES)
 
 
-def pick_device(requested: str = "auto") -> tuple[str, str | None]:
+def pick_device(requested: str = "auto") -> tuple[str, Message | None]:
     """(device, note): the selected GPU (CUDA_VISIBLE_DEVICES decides which) for auto, else the CPU."""
     import torch
 
     if requested == "cpu":
-        note = "running on the CPU as configured; a GPU is available and export_device: auto would use it." \
-            if torch.cuda.is_available() else None
+        note = Message("inference.cpu_as_configured", "running on the CPU as configured; a GPU is available and "
+                       "export_device: auto would use it.") if torch.cuda.is_available() else None
         return "cpu", note
     if torch.cuda.is_available():
         return f"cuda:{torch.cuda.current_device()}", None
-    return "cpu", "no GPU is visible, so this runs on the CPU (slower than a GPU for large models)."
+    return "cpu", Message("inference.no_gpu", "no GPU is visible, so this runs on the CPU (slower than a GPU for "
+                          "large models).")
 
 
 def load_tokenizer_and_template(plan: ModelPlan, *, trust_remote_code: bool, padding_side: str = "left",

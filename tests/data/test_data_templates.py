@@ -234,7 +234,7 @@ def test_fix_tokenizer_writes_the_training_template(qwen_tokenizer):
     tokenizer = copy.deepcopy(qwen_tokenizer)
     template = get_template("qwen3_nothink", tokenizer)
     changes = template.fix_tokenizer(tokenizer)
-    assert any("chat_template" in change for change in changes)
+    assert any("chat_template" in change.text for change in changes)
     assert tokenizer.apply_chat_template(_hf(CHAT, "S"), tokenize=False) == template.render(CHAT, system="S")
 
 
@@ -271,7 +271,7 @@ def test_export_keeps_the_models_chat_template_when_the_template_is_not_jinja():
     tokenizer.chat_template = "{{ 'own' }}"
     changes = get_template("chatglm3", tokenizer).fix_tokenizer(tokenizer)
     assert tokenizer.chat_template == "{{ 'own' }}"
-    assert any(change.startswith("chat_template kept: template 'chatglm3' inserts") for change in changes)
+    assert any(change.text.startswith("chat_template kept: template 'chatglm3' inserts") for change in changes)
     llama3 = get_template("llama3", tokenizer)
-    assert "chat_template -> template 'llama3'" in llama3.fix_tokenizer(tokenizer)
+    assert "chat_template -> template 'llama3'" in [change.text for change in llama3.fix_tokenizer(tokenizer)]
     assert tokenizer.eos_token == "<|eot_id|>"  # LF's replace_eos

@@ -517,3 +517,89 @@ def test_a_failed_download_says_why_in_chinese_in_zh_and_as_before_in_english(zh
     assert absent.error.startswith("download failed: acme/absent was not found on Hugging Face (http://")
     assert absent.error.endswith("Check the id, or --source modelscope.")
     assert small.error.startswith("the download ended but the folder is not complete: the weights take ")
+
+
+def _export_notes(folder, monkeypatch):
+    """The export stage's note lines for notes as the export makes them (no GPU to run on; the tokenizer given the
+    template's end of turn, a pad token and its chat template; a chat template kept as the tokenizer's own),
+    recorded and printed as the export records and prints them."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from assistant.wizard.stages import export
+    from engine.data.templates import get_template
+    from engine.export.writer import save_tokenizer
+    from engine.inference.source import pick_device
+    from tests.data.template_goldens import ASSETS
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    notes = [pick_device("auto")[1]]
+    for name in ("llama3", "chatglm3"):
+        tokenizer = AutoTokenizer.from_pretrained(str(ASSETS / "tokenizer"))
+        notes += save_tokenizer(tokenizer, get_template(name, tokenizer), folder / name, "left")
+    (folder / "lfa_export.json").write_text(json.dumps({"checks": [], "note_messages": [n.to_dict() for n in notes]}),
+                                            encoding="utf-8")
+    printed = [f"note: {note.text}" for note in notes]
+    return export.result_lines(["progress 7/7", *printed, f"exported to {folder}"], folder), printed
+
+
+def test_export_notes_read_in_chinese_in_zh_and_as_printed_in_english(zh, tmp_path, monkeypatch):
+    said, printed = _export_notes(tmp_path, monkeypatch)
+    assert len(said) == 6 and said[0] == "提示：没有可见的 GPU，因此在 CPU 上运行（对大模型来说比 GPU 慢）。"
+    assert said[1:4] == ["提示：分词器：eos_token 改为 <|eot_id|>", "提示：分词器：pad_token 设为 <|eot_id|>",
+                         "提示：分词器：chat_template 改为模板 'llama3'"]
+    assert said[5].startswith("提示：分词器：保留了分词器自带的 chat_template：模板 'chatglm3' 按 token id 插入")
+    for line in said:
+        assert not english_left(line), english_left(line)
+    i18n.set_language("en")
+    assert _export_notes(tmp_path, monkeypatch)[0] == printed
+
+
+def _failed_export(folder, monkeypatch, capsys):
+    """What the export stage says when the written export fails its checks (logits far off, a GGUF tokenizer that
+    encodes otherwise, a shard over export_size), from what the export process prints."""
+    import torch
+    from safetensors.torch import save_file
+
+    import engine.export.config
+    import engine.export.run
+    from assistant.wizard.stages import export
+    from engine.export import gguf_check, merge, writer
+    from engine.export.__main__ import main
+
+    class Tokenizer:
+        def __init__(self, shift, eos):
+            self.shift, self.bos_token_id, self.eos_token_id, self.pad_token_id = shift, None, eos, None
+
+        def __call__(self, text):
+            return {"input_ids": [ord(c) + self.shift for c in text]}
+
+    reference, mask = torch.tensor([[[1.0, 2.0], [0.5, 0.25]]]), torch.tensor([[1, 1]])
+    save_file({"a": torch.zeros(64), "b": torch.zeros(64)}, str(folder / "model.safetensors"))
+    checks = [merge.check_logits(reference, reference + 3, mask, "saves/lora", torch.float32),
+              gguf_check.check_tokenizer(Tokenizer(1, 7), Tokenizer(0, 2), ["Hi there", "ok"]),
+              writer._check_shard_sizes(folder, ["model.safetensors"], 100)]
+    assert not any(check.passed for check in checks)
+
+    def export_model(config, on_progress):
+        engine.export.run._raise_on_failures(checks, engine.export.run.WRITTEN_FAILED)
+
+    monkeypatch.setattr(engine.export.config, "load_export_config", lambda *args: None)
+    monkeypatch.setattr(engine.export.run, "export_model", export_model)
+    assert main(["export.yaml"]) == 2
+    printed = capsys.readouterr().err.splitlines()
+    return export.failure_lines(["progress 6/7 verifying the written files", *printed]), printed
+
+
+def test_a_failed_export_check_says_what_failed_in_chinese_and_in_english(zh, tmp_path, monkeypatch, capsys):
+    (said,), printed = _failed_export(tmp_path, monkeypatch, capsys)
+    assert said.startswith("写出的导出文件没有通过检查，已被删除：未通过「合并后的 logits 与 base + adapter 一致」：saves/lora：")
+    assert "编码不同：'Hi there'" in said and "特殊 token 的 id 不同：eos_token_id 为 7（应为 2）" in said
+    assert "未通过「权重分片不超过 export_size」：1 个分片" in said and "过大：model.safetensors" in said
+    assert not english_left(said), english_left(said)
+    i18n.set_language("en")
+    (said,), printed = _failed_export(tmp_path, monkeypatch, capsys)
+    assert printed[0] == "error: The written export did not check out, so it was removed:"
+    assert said.splitlines() == [printed[0].removeprefix("error: "), *printed[1:4]] and len(printed) == 5
+    assert printed[3].startswith("- weight shards within export_size: 1 shard(s), largest ")
+    assert printed[3].endswith("; too large: model.safetensors")

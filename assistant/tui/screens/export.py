@@ -130,8 +130,7 @@ class ExportScreen(StageScreen):
         self.query_one("#run", Button).label = t("export.run_again")
         self.query_one("#progress").display = False
         if message.returncode != 0 or not message.result:
-            errors = [line for line in message.lines if line.startswith("error")] or message.lines[-3:]
-            self.say(errors or [t("export.failed")])
+            self.say(export.failure_lines(message.lines) or [t("export.failed")])
             return
         self.wizard.commit(self.state.replace(exported=True, export_dir=message.result))
         self.say(info=export.result_lines(message.lines, message.result))

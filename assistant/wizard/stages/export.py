@@ -21,6 +21,8 @@ from engine.methods import is_adapter
 STAGE = "export"
 EXPORT_FILE = "export.yaml"
 EXPORTED = re.compile(r"exported to (.+)$")
+ERROR_MESSAGE = "error_message: "
+"""How the export process gives its error as a code with values, on the line after its ``error:`` lines."""
 PROGRESS = re.compile(r"progress\s+(\d+)\s*/\s*(\d+)")
 
 
@@ -110,20 +112,43 @@ def export_command(run_folder: Path) -> list[str]:
 
 
 def result_lines(lines: list[str], export_dir: str | Path | None) -> list[str]:
-    """The export's checks and notes as it printed them (``check passed: NAME (DETAIL)``, ``note: ...``), each
-    check in the interface language from the record it wrote (lfa_export.json), where that has them all."""
+    """The export's checks and notes as it printed them (``check passed: NAME (DETAIL)``, ``note: ...``), in the
+    interface language from the record it wrote (lfa_export.json): the checks where it has them all, each note it
+    holds with the same words."""
     from engine.jsonio import read_json_dict
 
     printed = [line for line in lines if line.startswith(("check", "note"))]
     record = read_json_dict(Path(export_dir) / "lfa_export.json") if export_dir else {}
+    notes = [_note_line(line, record.get("note_messages")) for line in printed if line.startswith("note")]
     checks = record.get("checks")
     if not isinstance(checks, list) or len(checks) != sum(line.startswith("check") for line in printed) \
             or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in checks):
-        return printed
+        return [line for line in printed if line.startswith("check")] + notes
     said = [t("export.check", state=t("export.check_passed" if c.get("passed") is True else "export.check_failed"),
               name=t_message(c.get("name_message"), c["name"]),
               detail=t_message(c.get("detail_message"), str(c.get("detail", "")))) for c in checks]
-    return said + [line for line in printed if line.startswith("note")]
+    return said + notes
+
+
+def _note_line(line: str, coded: object) -> str:
+    """A ``note: ...`` line in the interface language, from the recorded note with the same English words."""
+    words = line.removeprefix("note:").strip()
+    note = next((n for n in coded if isinstance(n, dict) and n.get("text") == words), None) \
+        if isinstance(coded, list) else None
+    return t("export.note", note=t_message(note)) if note else line
+
+
+def failure_lines(lines: list[str]) -> list[str]:
+    """Why the export process failed: its error in the interface language where it gave one as a code with values
+    (the checks that failed, each with its figures), else its ``error`` lines as printed, else its last lines."""
+    coded = next((line.removeprefix(ERROR_MESSAGE) for line in lines if line.startswith(ERROR_MESSAGE)), None)
+    try:
+        said = t_message(json.loads(coded)) if coded else ""
+    except ValueError:
+        said = ""
+    if said:
+        return [said]
+    return [line for line in lines if line.startswith("error") and not line.startswith(ERROR_MESSAGE)] or lines[-3:]
 
 
 def parse_line(line: str) -> tuple[str, object] | None:

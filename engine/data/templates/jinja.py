@@ -17,15 +17,23 @@ import json
 
 from engine.data.templates import slots, thinking
 from engine.data.templates.slots import CONTENT
+from engine.messages import Message
 
 
 def jinja_problem(template) -> str | None:
     """Why `template` cannot be a Jinja chat template, or None."""
+    problem = jinja_problem_message(template)
+    return problem.text if problem else None
+
+
+def jinja_problem_message(template) -> Message | None:
+    """``jinja_problem`` as an engine.messages.Message."""
     tokens = sorted({element[1] for fmt in template._formats() for element in slots.parse(fmt)
                      if not isinstance(element, str) and element[0] == "token"})
     if tokens:
-        return (f"template {template.name!r} inserts {', '.join(tokens)} by token id, which a Jinja chat template "
-                "(text, tokenized as a whole) cannot reproduce")
+        return Message("template.not_jinja", f"template {template.name!r} inserts {', '.join(tokens)} by token id, "
+                       "which a Jinja chat template (text, tokenized as a whole) cannot reproduce",
+                       {"template": template.name, "tokens": ", ".join(tokens)})
     return None
 
 

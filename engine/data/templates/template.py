@@ -18,6 +18,7 @@ from engine.data.special_tokens import control_pattern, control_tokens, mark_con
 from engine.data.templates import slots, thinking
 from engine.data.templates.slots import CONTENT, EOS, Element, Format, SlotEncoder
 from engine.data.tools import format_function_call, format_tools
+import engine.messages
 from engine.errors import DataError
 
 Pair = tuple[list[Element], list[Element]]
@@ -280,27 +281,34 @@ class Template:
         return [fmt for fmt in (self.prefix, self.user, self.assistant_format, self.system, self.function_format,
                                 self.observation_format, self.tools) if fmt is not None]
 
-    def fix_tokenizer(self, tokenizer) -> list[str]:
+    def fix_tokenizer(self, tokenizer) -> list[engine.messages.Message]:
         """Make the tokenizer serve this template (LF's fix_special_tokens + fix_jinja_template); says what changed.
 
         replace_eos makes the first stop word the EOS; a missing EOS becomes <|endoftext|> and a missing pad token
         the EOS; the chat template becomes `jinja`, or stays the tokenizer's own when the template cannot be
         written as Jinja (the change list says why).
         """
+        from engine.data.templates.jinja import jinja_problem_message
+
         bound = self.bind(tokenizer)
         changes = []
         if tokenizer.eos_token != bound.eos_token:
             tokenizer.eos_token = bound.eos_token
-            changes.append(f"eos_token -> {bound.eos_token}")
+            changes.append(engine.messages.Message("template.eos_token", f"eos_token -> {bound.eos_token}",
+                                                   {"token": bound.eos_token}))
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-            changes.append(f"pad_token -> {tokenizer.eos_token}")
+            changes.append(engine.messages.Message("template.pad_token", f"pad_token -> {tokenizer.eos_token}",
+                                                   {"token": tokenizer.eos_token}))
         jinja = bound.jinja
         if jinja is None:
-            changes.append(f"chat_template kept: {bound.jinja_problem}")
+            problem = jinja_problem_message(bound)
+            changes.append(engine.messages.Message("template.chat_template_kept",
+                                                   f"chat_template kept: {problem.text}", {"problem": problem}))
         elif tokenizer.chat_template != jinja:
             tokenizer.chat_template = jinja
-            changes.append(f"chat_template -> template {self.name!r}")
+            changes.append(engine.messages.Message("template.chat_template",
+                                                   f"chat_template -> template {self.name!r}", {"template": self.name}))
         return changes
 
     @property
