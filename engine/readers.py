@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from engine.errors import ConfigError, EngineError
+from engine.messages import Message
 
 MAX_YAML_BYTES = 1 << 20  # 1 MiB: LLaMA-Factory's largest example YAML is under 2 KB
 MAX_JSON_BYTES = 16 << 20  # dataset_info.json and DeepSpeed configs; LLaMA-Factory's registry is ~30 KB
@@ -151,9 +152,12 @@ def read_yaml(path: str | Path, error: type[EngineError] = ConfigError) -> dict[
     text = read_bytes(path, MAX_YAML_BYTES, "config file", error)
     data = load_yaml_text(text, str(path), error)
     if data is None:
-        raise error(f"{path} is empty. A config is a mapping of keys to values (see examples/).")
+        text = f"{path} is empty. A config is a mapping of keys to values (see examples/)."
+        raise error(text, message=Message("config.yaml_empty", text, {"path": str(path)}))
     if not isinstance(data, dict):
-        raise error(f"{path} must be a mapping of keys to values, not a {type(data).__name__}.")
+        text = f"{path} must be a mapping of keys to values, not a {type(data).__name__}."
+        raise error(text, message=Message("config.yaml_not_mapping", text, {"path": str(path),
+                                                                            "kind": type(data).__name__}))
     return data
 
 

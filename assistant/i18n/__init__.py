@@ -99,11 +99,14 @@ def t_message(message: object, fallback: str = "", /) -> str:
 
 def _field_words(value: object) -> object:
     """A message's field as the sentence shows it: a nested message rendered, a list of them joined with the
-    language's separator, a plain value as it is."""
+    language's separator (none after an item that ends its sentence with a full-width mark: 。 ？ ！), a plain value
+    as it is."""
     if isinstance(value, dict):
         return t_message(value, str(value.get("text", "")))
     if isinstance(value, list):
-        return t("list.separator").join(str(_field_words(item)) for item in value)
+        words = [str(_field_words(item)) for item in value]
+        return "".join(word if last or word.endswith(("。", "？", "！")) else word + t("list.separator")
+                       for last, word in zip([False] * (len(words) - 1) + [True], words))
     return value
 
 

@@ -131,32 +131,38 @@ def build(schema: Schema, data: dict[str, Any], label: str) -> tuple[Any, dict[s
                 errors.append(str(exc))
                 messages.append(exc.message)
             continue
-        refusal, reason = classify(schema, key, value, label)
+        refusal, reason, coded = classify(schema, key, value, label)
         if refusal:
             errors.append(refusal)
-            messages.append(None)
+            messages.append(coded)
         else:
             unused[str(key)] = reason
-    if errors:  # one problem keeps its code and values (a front end shows it in its language)
-        raise ConfigError("\n".join(errors), message=messages[0] if len(messages) == 1 else None)
+    if errors:  # problems that all have a code keep them (a front end shows them in its language)
+        text = "\n".join(errors)
+        coded = None if None in messages else messages[0] if len(messages) == 1 else \
+            Message("config.problems", text, {"problems": messages})
+        raise ConfigError(text, message=coded)
     return schema.cls(**kwargs), unused
 
 
-def classify(schema: Schema, key: Any, value: Any, label: str) -> tuple[str | None, str]:
-    """(refusal message, None) or (None, why the key is not used) for a key that is not a field of ``schema``."""
+def classify(schema: Schema, key: Any, value: Any, label: str) -> tuple[str | None, str, Message | None]:
+    """(refusal message, "", the refusal as a code with values where it has one) or (None, why the key is not used,
+    None) for a key that is not a field of ``schema``."""
     from engine.config.lf_table import LF_KEYS
 
     rule = LF_KEYS.get(key) if isinstance(key, str) else None
     if rule is not None:
         refusal = rule.decide(key, value, schema.purpose)
-        return refusal, "" if refusal else rule.unused_reason(schema.purpose)
+        return refusal, "" if refusal else rule.unused_reason(schema.purpose), None
     for other in schemas().values():
         if other is not schema and (key in other.fields or key in other.aliases):
-            return None, f"a key of the {WHAT[other.purpose]} config"
+            return None, f"a key of the {WHAT[other.purpose]} config", None
     valid = list(schema.fields) + list(schema.aliases)
     near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-    hint = f" Did you mean {near[0]!r}?" if near else " See `lf-assistant train --help` for the valid keys."
-    return f"Unknown key {short_repr(key, 60)} in {label}.{hint}", ""
+    hint = Message("config.did_you_mean", f" Did you mean {near[0]!r}?", {"key": near[0]}) if near else \
+        Message("config.see_valid_keys", " See `lf-assistant train --help` for the valid keys.")
+    text = f"Unknown key {short_repr(key, 60)} in {label}.{hint.text}"
+    return text, "", Message("config.unknown_key", text, {"key": short_repr(key, 60), "label": label, "hint": hint})
 
 
 def coerce(f: dataclasses.Field, hint: Any, value: Any) -> Any:

@@ -603,3 +603,42 @@ def test_a_failed_export_check_says_what_failed_in_chinese_and_in_english(zh, tm
     assert said.splitlines() == [printed[0].removeprefix("error: "), *printed[1:4]] and len(printed) == 5
     assert printed[3].startswith("- weight shards within export_size: 1 shard(s), largest ")
     assert printed[3].endswith("; too large: model.safetensors")
+
+
+def _config_refusals(folder):
+    """What the wizard says of a run's training config that a hand edit left a list or empty, of edits under keys
+    that are not keys (a state saved by hand) and of an example that is a list."""
+    from assistant.wizard.skill import load_skill
+    from assistant.wizard.stages import config as config_stage
+    from assistant.wizard.stages import train
+    from assistant.wizard.state import new_state
+    from engine.models.registry import example_config
+
+    (folder / "sft.yaml").write_text("- learning_rate: 1.0e-4\n- lora_rank: 8\n", encoding="utf-8")
+    (folder / "empty.yaml").write_text("", encoding="utf-8")
+    said = train.read_run_config(folder, "sft.yaml")[1] + train.read_run_config(folder, "empty.yaml")[1]
+    state, skill = new_state().replace(example=str(example_config("qwen3", "lora"))), load_skill("sft")
+    for edits in ({"lerning_rate": 1e-4}, {"lerning_rate": 1e-4, "zzz_unheard_of": 1}):
+        built, problems = config_stage.build_config(state.replace(edits=edits), skill)
+        assert built is None
+        said += problems
+    said += config_stage.build_config(state.replace(example=str(folder / "sft.yaml")), skill)[1]
+    assert len(said) == 5
+    return said
+
+
+def test_a_config_that_is_a_list_or_has_unknown_keys_is_refused_in_chinese(zh, tmp_path):
+    said = _config_refusals(tmp_path)
+    assert said[0] == f"{tmp_path / 'sft.yaml'} 必须是键到值的映射（每行 key: value），而不是 list。"
+    assert said[1] == f"{tmp_path / 'empty.yaml'} 是空的。配置文件应是键到值的映射（见 examples/）。"
+    assert said[2] == "config 中有未知的键 'lerning_rate'。你是不是想写 'learning_rate'？"
+    assert said[3] == said[2] + "config 中有未知的键 'zzz_unheard_of'。有效的键见 `lf-assistant train --help`。"
+    for text in said:
+        assert not english_left(text), english_left(text)
+    i18n.set_language("en")
+    listed = f"{tmp_path / 'sft.yaml'} must be a mapping of keys to values, not a list."
+    assert _config_refusals(tmp_path) == [
+        listed, f"{tmp_path / 'empty.yaml'} is empty. A config is a mapping of keys to values (see examples/).",
+        "Unknown key 'lerning_rate' in config. Did you mean 'learning_rate'?",
+        "Unknown key 'lerning_rate' in config. Did you mean 'learning_rate'?\nUnknown key 'zzz_unheard_of' in config. "
+        "See `lf-assistant train --help` for the valid keys.", listed]

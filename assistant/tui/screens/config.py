@@ -131,13 +131,11 @@ class ConfigScreen(StageScreen):
 
     # --------------------------------------------------------------- build and show
     def rebuild(self) -> None:
-        from engine.errors import EngineError
-
-        try:
-            self.built = build.build_train_config(self.state, self.wizard.skill)
-        except EngineError as exc:
-            self.say([str(exc)])
+        built, problems = config_stage.build_config(self.state, self.wizard.skill)
+        if problems:
+            self.say(problems)
             return
+        self.built = built
         available = [name for name in self._registered()]
         self.advice = config_stage.small_data_advice(self.built, self.state, self.wizard.skill, available)
         self._show()

@@ -16,7 +16,7 @@ from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.dialogs import ConfirmTable
 from assistant.wizard.stages import export
 from assistant.wizard.stages.gpu import device_env
-from assistant.wizard.stages.train import display_path, elsewhere_command
+from assistant.wizard.stages.train import display_path, elsewhere_command, read_run_config
 
 
 class ExportScreen(StageScreen):
@@ -41,15 +41,11 @@ class ExportScreen(StageScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        from engine.config import read_yaml
-        from engine.errors import EngineError
-
         for widget in ("#run", "#progress", "#continue"):
             self.query_one(widget).display = False
-        try:
-            self.train_config = read_yaml(self.wizard.run_folder / self.wizard.skill.config_file)
-        except EngineError as exc:
-            self.say([str(exc)])
+        self.train_config, problems = read_run_config(self.wizard.run_folder, self.wizard.skill.config_file)
+        if problems:
+            self.say(problems)
             return
         field = self.query_one("#export-dir", Input)
         field.value = display_path(self.state.export_dir or export.default_dir(self.state, self.wizard.skill,

@@ -17,13 +17,14 @@ from textual.widgets import Button, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from assistant.formatting import fmt_duration, metric_words
-from assistant.i18n import t, t_or
+from assistant.i18n import t, t_message, t_or
 from assistant.tui.messages import RunPolled, RunStarted
 from assistant.tui.screens.base import StageScreen
 from assistant.tui.widgets.chart import LossChart
 from assistant.tui.widgets.dialogs import ConfirmDialog, ConfirmTable
 from assistant.tui.widgets.keyhelp import KeyHelp
 from assistant.wizard import build
+from assistant.wizard.stages import config as config_stage
 from assistant.wizard.stages import train
 from engine.runstatus import RunStatus
 
@@ -190,14 +191,12 @@ class TrainScreen(StageScreen):
             self.wizard.go_back()
 
     def _prepare(self) -> None:
-        from engine.errors import EngineError
-
         ready = train.ready_to_write(self.state)
-        try:
-            self.built = build.build_train_config(self.state, self.wizard.skill)
-        except EngineError as exc:
-            self.say([str(exc)])
+        built, problems = config_stage.build_config(self.state, self.wizard.skill)
+        if problems:
+            self.say(problems)
             return
+        self.built = built
         mode = t("train.mode_here") if self.state.execution == "run_here" else t("train.mode_write")
         config_path = self.wizard.run_folder / self.wizard.skill.config_file
         info = [t("train.will_write", path=train.display_path(config_path)), mode]
@@ -432,7 +431,7 @@ class TrainScreen(StageScreen):
             stop(self.state.run_id, runs_dir=self.wizard.runs_dir)
             self.say(info=[t("train.stopping")])
         except EngineError as exc:
-            self.say([str(exc)])
+            self.say([t_message(exc.message, str(exc))])
 
     def action_resume(self) -> None:
         if self.status.state not in ("failed", "stopped"):
@@ -442,7 +441,7 @@ class TrainScreen(StageScreen):
         try:
             handle = train.resume_from_checkpoint(self.state, self.wizard.runs_dir)
         except EngineError as exc:
-            self.say([str(exc)])
+            self.say([t_message(exc.message, str(exc))])
             return
         self.process = handle.process
         self.wizard.resume_action = None

@@ -21,6 +21,7 @@ from assistant.tui.screens.base import COMMON_KEYS, StageScreen
 from assistant.tui.widgets.dialogs import ConfirmTable
 from assistant.wizard.stages import validate
 from assistant.wizard.stages.gpu import device_env
+from assistant.wizard.stages.train import read_run_config
 
 ANSWER_CHARS = 240
 
@@ -96,15 +97,11 @@ class ValidateScreen(StageScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        from engine.config import read_yaml
-        from engine.errors import EngineError
-
         for widget in ("#prompts-box", "#continue", "#progress", "#review", "#run"):
             self.query_one(widget).display = False
-        try:
-            self.train_config = read_yaml(self.wizard.run_folder / self.wizard.skill.config_file)
-        except EngineError as exc:
-            self.say([str(exc)])
+        self.train_config, problems = read_run_config(self.wizard.run_folder, self.wizard.skill.config_file)
+        if problems:
+            self.say(problems)
             return
         if self.mode == "scores":
             self._show_scores()

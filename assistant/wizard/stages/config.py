@@ -99,6 +99,18 @@ def parse_value(raw: str) -> Any:
     return text if isinstance(value, dict) else value
 
 
+def build_config(state: WizardState, skill: Skill) -> tuple[BuiltConfig | None, list[str]]:
+    """(the config this state builds, []) or (None, why it cannot be built, in the interface language): an example
+    that is not a mapping of keys to values, an edit under a key that is not one (a state saved by hand)."""
+    from assistant.wizard.build import build_train_config
+    from engine.errors import EngineError
+
+    try:
+        return build_train_config(state, skill), []
+    except EngineError as exc:
+        return None, [t_message(exc.message, str(exc))]
+
+
 def apply_edit(state: WizardState, key: str, raw: str) -> Outcome:
     """Set one parameter by hand (reason "user-specified"); the engine's own type check decides."""
     info = params().get(key)

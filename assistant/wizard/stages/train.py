@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from assistant.i18n import t
+from assistant.i18n import t, t_message
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.stages.gpu import device_env, env_prefix
 from assistant.wizard.stages.model import fetch_error
@@ -89,6 +89,18 @@ def display_path(path: str | Path) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+def read_run_config(run_folder: str | Path, config_file: str) -> tuple[dict, list[str]]:
+    """(the run's training config as written, []) or ({}, why it cannot be read, in the interface language): a
+    hand edit may have left runs/<id>/<config_file> empty, a list or not YAML."""
+    from engine.config import read_yaml
+    from engine.errors import EngineError
+
+    try:
+        return read_yaml(Path(run_folder) / config_file), []
+    except EngineError as exc:
+        return {}, [t_message(exc.message, str(exc))]
 
 
 def resume_from_checkpoint(state: WizardState, runs_dir: str | Path | None) -> Any:
