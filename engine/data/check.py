@@ -43,6 +43,13 @@ class Problem:
     level: Literal["error", "warning"] = "error"
     line: int | None = None
     """The line of the file the row starts on, where the format has lines (json, jsonl, csv)."""
+    coded: Message | None = None
+    """``message`` as engine.messages.Message."""
+
+    @classmethod
+    def said(cls, row: int | None, field: str | None, message: Message, level: Literal["error", "warning"] = "error",
+             line: int | None = None) -> Problem:
+        return cls(row, field, message.text, level, line, message)
 
 
 @dataclass
@@ -158,9 +165,10 @@ def media_problems(rows: list[Any], spec: DatasetSpec | None) -> list[Problem]:
     if not used:
         return []
     count = sum(1 for row in rows if isinstance(row, dict) and any(row.get(key) for key in used))
-    return [Problem(None, used[0], f"{count} row(s) carry {', '.join(used)}: LLaMA-Factory's multimodal (image, "
-                    "video, audio) training, which lf-assistant does not support (it trains text-only models); "
-                    "training refuses this file. Use text-only rows.")]
+    return [Problem.said(None, used[0], Message(
+        "data.check.multimodal", f"{count} row(s) carry {', '.join(used)}: LLaMA-Factory's multimodal (image, video, "
+        "audio) training, which lf-assistant does not support (it trains text-only models); training refuses this "
+        "file. Use text-only rows.", {"rows": count, "columns": ", ".join(used)}))]
 
 
 def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec | None = None) -> CheckReport:
@@ -181,7 +189,7 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
         file_format = _forced_format(formatting, file_format, read.rows)
     rows = len(read.rows) + len(read.bad_lines)
     if file_format == "unknown":
-        problems.append(Problem(None, None, _unknown_format_message(read.rows)))
+        problems.append(Problem.said(None, None, _unknown_format(read.rows)))
         return CheckReport(path, file_format, rows, problems)
     media = media_problems(read.rows, spec)
     if media:  # every row would fail the same way; say it once
@@ -200,7 +208,8 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
 def file_problems(read: RowsRead) -> list[Problem]:
     """What is wrong with a file as read, whatever its rows hold: lines that are not JSON, what the reader noticed,
     control characters."""
-    problems = [Problem(None, None, f"line {line} is not valid JSON: {message}", line=line)
+    problems = [Problem.said(None, None, Message("data.check.bad_json_line", f"line {line} is not valid JSON: "
+                                                 f"{message}", {"line": line, "error": message}), line=line)
                 for line, message in read.bad_lines]
     return problems + read_problems(read) + control_problems(read)
 
@@ -208,7 +217,8 @@ def file_problems(read: RowsRead) -> list[Problem]:
 def read_problems(read: RowsRead) -> list[Problem]:
     """What the reader noticed (duplicate keys, invalid Unicode, CSV widths, bytes columns): errors, because the
     loader refuses a file that has any."""
-    return [Problem(issue.row, issue.field, issue.message, line=issue.line) for issue in read.issues]
+    return [Problem(issue.row, issue.field, issue.message, line=issue.line, coded=issue.coded)
+            for issue in read.issues]
 
 
 def control_problems(read: RowsRead) -> list[Problem]:
@@ -219,9 +229,10 @@ def control_problems(read: RowsRead) -> list[Problem]:
         return []
     index, (field_path, text, position) = found[0]
     excerpt = escape_control(text[max(0, position - 15):position + 15], keep_layout=False)
-    return [Problem(index + 1, field_path or None, f"{len(found)} row(s) hold control characters, first here: "
-                    f"...{excerpt}... (shown escaped). Check that escape sequences belong in the training text.",
-                    "warning", read.lines[index])]
+    return [Problem.said(index + 1, field_path or None, Message(
+        "data.check.control_characters", f"{len(found)} row(s) hold control characters, first here: ...{excerpt}... "
+        "(shown escaped). Check that escape sequences belong in the training text.",
+        {"rows": len(found), "excerpt": excerpt}), "warning", read.lines[index])]
 
 
 def looks_like_text(path: Path, rows: list[Any]) -> bool:
@@ -241,8 +252,9 @@ def check_text_file(path: Path) -> CheckReport:
     for index, row in enumerate(read.rows):
         text = row.get("text") if isinstance(row, dict) else None
         if not isinstance(text, str) or not text.strip():
-            problems.append(Problem(index + 1, "text", "no text: a pre-training row needs a non-empty 'text' string.",
-                                    line=read.lines[index]))
+            problems.append(Problem.said(index + 1, "text", Message(
+                "data.check.no_text", "no text: a pre-training row needs a non-empty 'text' string."),
+                line=read.lines[index]))
         else:
             problems += _control_token_problems([text], index + 1, read.lines[index], "text")
     spec = DatasetSpec(name=path.stem, formatting="alpaca", columns={"prompt": "text"}, columns_given=True)
@@ -262,11 +274,14 @@ def _messages_flavour(rows: list[Any], spec: DatasetSpec) -> FileFormat:
     return "openai" if spec.tag("role_tag") == "role" else "sharegpt"
 
 
-def _unknown_format_message(rows: list[Any]) -> str:
+def _unknown_format(rows: list[Any]) -> Message:
     keys = Counter(key for row in rows[:200] if isinstance(row, dict) for key in row)
-    found = ", ".join(shorten(key, 30) for key, _ in keys.most_common(8)) or "no named fields"
-    return (f"Cannot tell the format: rows have {found}. Expected alpaca (instruction, input, output), sharegpt "
-            "(conversations: [{from, value}]) or openai (messages: [{role, content}]).")
+    names = ", ".join(shorten(key, 30) for key, _ in keys.most_common(8))
+    found = Message("data.check.fields", names, {"names": names}) if names else \
+        Message("data.check.no_named_fields", "no named fields")
+    return Message("data.check.unknown_format", f"Cannot tell the format: rows have {found.text}. Expected alpaca "
+                   "(instruction, input, output), sharegpt (conversations: [{from, value}]) or openai (messages: "
+                   "[{role, content}]).", {"found": found})
 
 
 def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -> list[Problem]:
@@ -275,7 +290,7 @@ def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -
         try:
             example = convert_record(row, spec, index)
         except RowError as exc:
-            problems.append(Problem(index + 1, exc.field, exc.detail, line=lines[index]))
+            problems.append(Problem.said(index + 1, exc.field, exc.detail_message, line=lines[index]))
             continue
         problems += _row_warnings(row, example, spec, index + 1, lines[index])
         problems += _control_token_problems(_example_texts(example), index + 1, lines[index])
@@ -285,10 +300,13 @@ def _row_problems(rows: list[Any], lines: list[int | None], spec: DatasetSpec) -
 def _row_warnings(row: dict, example: dict, spec: DatasetSpec, number: int, line: int | None) -> list[Problem]:
     prompt = spec.column("prompt")
     if spec.formatting == "alpaca" and not row.get(prompt):
-        return [Problem(number, prompt, f"no {prompt!r}: the {spec.column('query')!r} text alone becomes the "
-                        "prompt. Put the request in the instruction.", "warning", line)]
+        query = spec.column("query")
+        return [Problem.said(number, prompt, Message("data.check.no_prompt", f"no {prompt!r}: the {query!r} text "
+                                                     "alone becomes the prompt. Put the request in the instruction.",
+                                                     {"prompt": repr(prompt), "query": repr(query)}), "warning", line)]
     if any(m["role"] == "user" and not m["content"].strip() for m in example["messages"]):
-        return [Problem(number, spec.column("messages") or prompt, "a user message is empty.", "warning", line)]
+        return [Problem.said(number, spec.column("messages") or prompt,
+                             Message("data.check.empty_user_message", "a user message is empty."), "warning", line)]
     return []
 
 
@@ -304,10 +322,11 @@ def _control_token_problems(texts: list[Any], number: int, line: int | None,
     found = list(dict.fromkeys(s for text in texts if isinstance(text, str) for s in find_control_strings(text, tokens)))
     if not found:
         return []
-    return [Problem(number, field, f"the text spells control token(s) {', '.join(found[:5])}. Training and chat "
-                    "encode them as the plain text they spell, so the row cannot forge a turn; set "
-                    "allow_special_tokens_in_text: true to make them real control tokens (LLaMA-Factory's way).",
-                    "warning", line)]
+    tokens_said = ", ".join(found[:5])
+    return [Problem.said(number, field, Message(
+        "data.check.control_tokens", f"the text spells control token(s) {tokens_said}. Training and chat encode them "
+        "as the plain text they spell, so the row cannot forge a turn; set allow_special_tokens_in_text: true to "
+        "make them real control tokens (LLaMA-Factory's way).", {"tokens": tokens_said}), "warning", line)]
 
 
 def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
@@ -324,14 +343,16 @@ def _tag_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
     unknown = [tag for tag in found if tag not in expected]
     if not unknown:
         return []
-    meanings = [f"{shorten(tag, 30)} looks like {ROLE_ALIASES[tag.lower()]}" for tag in unknown
+    meanings = [Message("data.check.looks_like", f"{shorten(tag, 30)} looks like {ROLE_ALIASES[tag.lower()]}",
+                        {"tag": shorten(tag, 30), "role": ROLE_ALIASES[tag.lower()]}) for tag in unknown
                 if tag.lower() in ROLE_ALIASES]
-    hint = f" ({'; '.join(meanings)})" if meanings else ""
-    return [Problem(None, spec.tag("role_tag"),
-                    f"unknown role tags {_few(unknown)}{hint}. Tags found: "
-                    f"{_few([f'{_label(tag)} ({count})' for tag, count in found.most_common()], quote=False)}"
-                    "; expected: "
-                    f"{', '.join(expected)}. Set \"tags\" in dataset_info.json, or write a fixed copy with --fix.")]
+    hint = Message("data.check.meanings", f" ({'; '.join(m.text for m in meanings)})", {"meanings": meanings}) \
+        if meanings else ""
+    tags, seen = _few(unknown), _few([f"{_label(tag)} ({count})" for tag, count in found.most_common()], quote=False)
+    text = (f"unknown role tags {tags.text}{hint and hint.text}. Tags found: {seen.text}; expected: "
+            f"{', '.join(expected)}. Set \"tags\" in dataset_info.json, or write a fixed copy with --fix.")
+    return [Problem.said(None, spec.tag("role_tag"), Message("data.check.unknown_tags", text, {
+        "tags": tags, "hint": hint, "found": seen, "expected": ", ".join(expected)}))]
 
 
 def _label(text: str, limit: int = 30) -> str:
@@ -339,10 +360,13 @@ def _label(text: str, limit: int = 30) -> str:
     return escape_control(text[:limit], keep_layout=False) + ("..." if len(text) > limit else "")
 
 
-def _few(items: list[str], limit: int = 8, *, quote: bool = True) -> str:
+def _few(items: list[str], limit: int = 8, *, quote: bool = True) -> Message:
     """At most `limit` items for a message, each shortened (and quoted), with how many more there are."""
-    shown = [shorten(item, 30) if quote else item for item in items[:limit]]
-    return ", ".join(shown) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+    shown = ", ".join(shorten(item, 30) if quote else item for item in items[:limit])
+    if len(items) > limit:
+        return Message("data.check.few_more", f"{shown} and {len(items) - limit} more",
+                       {"items": shown, "more": len(items) - limit})
+    return Message("data.check.few", shown, {"items": shown})
 
 
 def _alias_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
@@ -358,9 +382,12 @@ def _alias_problems(rows: list[Any], spec: DatasetSpec) -> list[Problem]:
             renames[column_key] = alias
     if not renames:
         return []
-    used = ", ".join(f"{alias!r} for {spec.column(key)!r}" for key, alias in renames.items())
-    return [Problem(None, None, f"the rows use {used}. Map them in dataset_info.json with \"columns\": "
-                    f"{json.dumps(renames)}, or write a renamed copy with --fix.")]
+    used = [Message("data.check.alias_for", f"{alias!r} for {spec.column(key)!r}",
+                    {"alias": repr(alias), "column": repr(spec.column(key))}) for key, alias in renames.items()]
+    text = (f"the rows use {', '.join(u.text for u in used)}. Map them in dataset_info.json with \"columns\": "
+            f"{json.dumps(renames)}, or write a renamed copy with --fix.")
+    return [Problem.said(None, None, Message("data.check.aliases", text, {"used": used,
+                                                                          "columns": json.dumps(renames)}))]
 
 
 def _duplicate_problems(rows: list[Any], lines: list[int | None]) -> list[Problem]:
@@ -369,7 +396,9 @@ def _duplicate_problems(rows: list[Any], lines: list[int | None]) -> list[Proble
     for index, row in enumerate(rows):
         key = json.dumps(row, sort_keys=True, ensure_ascii=False)
         if key in first_seen:
-            problems.append(Problem(index + 1, None, f"duplicate of row {first_seen[key]}.", "warning", lines[index]))
+            problems.append(Problem.said(index + 1, None, Message("data.check.duplicate_row", f"duplicate of row "
+                                                                  f"{first_seen[key]}.", {"row": first_seen[key]}),
+                                         "warning", lines[index]))
         else:
             first_seen[key] = index + 1
     return problems
@@ -388,9 +417,9 @@ def _identical_pair_problems(rows: list[Any], lines: list[int | None], spec: Dat
         # Whitespace alone does not make a different answer (" 10 " and "10" teach the same nothing).
         same_words = isinstance(chosen, str) and isinstance(rejected, str) and chosen.split() == rejected.split()
         if chosen and (chosen == rejected or same_words):
-            problems.append(Problem(index + 1, chosen_key, "chosen and rejected answers are identical: the pair "
-                                    "teaches nothing; fix the rejected answer or remove the row.", "error",
-                                    lines[index]))
+            problems.append(Problem.said(index + 1, chosen_key, Message(
+                "data.check.identical_pair", "chosen and rejected answers are identical: the pair teaches nothing; "
+                "fix the rejected answer or remove the row."), "error", lines[index]))
     return problems
 
 
@@ -406,9 +435,10 @@ def _placeholder_problems(rows: list[Any], lines: list[int | None]) -> list[Prob
         return []
     listed = ", ".join("{{" + name + "}}" for name in sorted(names))
     first_row = with_placeholders[0]
-    return [Problem(None, None, f"placeholders {listed} appear in {len(with_placeholders)} row(s), first in row "
-                    f"{first_row}. Replace them with real values before training (e.g. --fill name=... with --fix).",
-                    "warning")]
+    return [Problem.said(None, None, Message(
+        "data.check.placeholders", f"placeholders {listed} appear in {len(with_placeholders)} row(s), first in row "
+        f"{first_row}. Replace them with real values before training (e.g. --fill name=... with --fix).",
+        {"names": listed, "rows": len(with_placeholders), "first": first_row}), "warning")]
 
 
 def _placeholders_in(value: Any) -> list[str]:
@@ -456,12 +486,13 @@ def convert_file(path: Path, out_path: Path, *, formatting: str | None = None,
     if formatting is not None:
         file_format = _forced_format(formatting, file_format, read.rows)
     if file_format == "unknown":
-        raise DataError(f"{path}: {_unknown_format_message(read.rows)}")
+        raise DataError(f"{path}: {_unknown_format(read.rows).text}")
     notes = [Message("data.skipped_line", f"skipped line {line} (not valid JSON)", {"line": line})
              for line, _ in read.bad_lines]
     notes += [Message("data.read_issue_file" if issue.row is None else "data.read_issue_row",
                       f"{'file' if issue.row is None else f'row {issue.row}'}: {issue.message} (the copy keeps the "
-                      "row as read)", {"row": issue.row, "issue": issue.message}) for issue in read.issues]
+                      "row as read)", {"row": issue.row, "issue": issue.coded or issue.message})
+              for issue in read.issues]
     rows, repair_notes = repair_rows(read.rows, file_format, ranking)
     notes += repair_notes
     if placeholders:

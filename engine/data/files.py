@@ -161,7 +161,8 @@ def _read_json_object(path: Path, text: str) -> RowsRead:
             for number, row in enumerate(rows, start=1):
                 result.add(row, None, [])
             if reader.duplicates:
-                result.issues.append(RowIssue(None, None, reader.duplicates[0], duplicate_message(reader.duplicates)))
+                result.issues.append(RowIssue.said(None, None, reader.duplicates[0],
+                                                   duplicate_message(reader.duplicates)))
             return result
     raise DataError(f"{path} holds a single JSON object; a dataset is a list of rows: [{{...}}, {{...}}]. "
                     "Wrap the rows in [ ] (or write one object per line in a .jsonl file).")

@@ -20,6 +20,7 @@ from typing import Any
 from engine.data.registry import TAG_DEFAULTS, DatasetSpec
 from engine.data.text import loads_json, shorten
 from engine.errors import DataError
+from engine.messages import Message
 
 TOOL_RESPONSE_JOIN = "\n</tool_response>\n<tool_response>\n"  # LF joins consecutive tool results with it
 
@@ -40,11 +41,17 @@ ROLE_ALIASES: dict[str, str] = {
 
 
 class RowError(DataError):
-    """A problem with one row: `where` (dataset and row), the `field` at fault and the `detail` with its fix."""
+    """A problem with one row: `where` (dataset and row), the `field` at fault and the `detail` with its fix (its
+    words, and ``detail_message``: the same as a code with its values)."""
 
-    def __init__(self, where: str, field: str | None, detail: str) -> None:
-        super().__init__(f"{where}: {detail}")
-        self.where, self.field, self.detail = where, field, detail
+    def __init__(self, where: str, field: str | None, detail: Message) -> None:
+        super().__init__(f"{where}: {detail.text}")
+        self.where, self.field, self.detail, self.detail_message = where, field, detail.text, detail
+
+
+def _not_object(record: Any) -> Message:
+    kind = type(record).__name__
+    return Message("data.row.not_object", f"is a {kind}, not an object with named fields.", {"kind": kind})
 
 
 def require_supported(spec: DatasetSpec) -> None:
@@ -60,7 +67,7 @@ def convert_record(record: dict, spec: DatasetSpec, index: int) -> dict:
     """One raw row (its 0-based position is `index`) -> a normalized example; RowError naming the row otherwise."""
     where = f"{spec.name}: row {index + 1}"
     if not isinstance(record, dict):
-        raise RowError(where, None, f"is a {type(record).__name__}, not an object with named fields.")
+        raise RowError(where, None, _not_object(record))
     require_supported(spec)
     if spec.formatting == "alpaca":
         example = _convert_alpaca(record, spec, where)
@@ -88,7 +95,8 @@ def _check_function_calls(messages: list[dict], spec: DatasetSpec, where: str) -
             try:
                 function_calls(message["content"])
             except DataError as exc:
-                raise RowError(where, spec.column("messages"), f"{exc} Fix or remove that row.") from None
+                raise RowError(where, spec.column("messages"), Message(
+                    "data.row.bad_function_call", f"{exc} Fix or remove that row.", {"error": str(exc)})) from None
 
 
 def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
@@ -98,16 +106,21 @@ def convert_text(record: dict, spec: DatasetSpec, index: int) -> str:
     with history, its first history instruction; a sharegpt conversation, its first message after the system."""
     where = f"{spec.name}: row {index + 1}"
     if not isinstance(record, dict):
-        raise RowError(where, None, f"is a {type(record).__name__}, not an object with named fields.")
+        raise RowError(where, None, _not_object(record))
     if spec.formatting != "alpaca":
         require_supported(spec)
         return _convert_sharegpt(record, spec, where)["messages"][0]["content"]
     column = spec.column("prompt")
     value = record.get(column)
     if not isinstance(value, str) or not value:
-        found = type(value).__name__ if column in record else "missing"
-        raise RowError(where, column, f"pre-training text {column!r} must be non-empty text ({found}; the row has: "
-                       f"{', '.join(map(str, record)) or 'no fields'}).")
+        found = Message("data.row.kind", type(value).__name__, {"kind": type(value).__name__}) if column in record \
+            else Message("data.row.missing", "missing")
+        names = ", ".join(map(str, record))
+        has = Message("data.row.fields", names, {"names": names}) if names else Message("data.row.no_fields",
+                                                                                       "no fields")
+        raise RowError(where, column, Message("data.row.no_text", f"pre-training text {column!r} must be non-empty "
+                                              f"text ({found.text}; the row has: {has.text}).",
+                                              {"column": repr(column), "found": found, "fields": has}))
     return _alpaca_prompt(record, spec, where)[0]["content"]
 
 
@@ -118,7 +131,8 @@ def _kto_tag(record: dict, column: str, where: str) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise RowError(where, column, f"the KTO label {column!r} must be true or false, not {value!r:.40}.")
+    raise RowError(where, column, Message("data.row.kto_label", f"the KTO label {column!r} must be true or false, "
+                                          f"not {value!r:.40}.", {"column": repr(column), "value": f"{value!r:.40}"}))
 
 
 def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
@@ -129,8 +143,10 @@ def _convert_alpaca(record: dict, spec: DatasetSpec, where: str) -> dict:
         return {"messages": messages, "system": None, "chosen": chosen, "rejected": rejected}
     response_column = spec.column("response")
     if response_column not in record and "prompt" in spec.columns and "response" not in spec.columns:
-        raise RowError(where, response_column, f"only {_fields(record)}, no answer: this looks like "
-                       "pre-training text. lf-assistant trains on instruction/answer pairs (sft) and preferences.")
+        fields = _fields(record)
+        raise RowError(where, response_column, Message("data.row.pretraining_text", f"only {fields.text}, no "
+                       "answer: this looks like pre-training text. lf-assistant trains on instruction/answer pairs "
+                       "(sft) and preferences.", {"fields": fields}))
     messages.append({"role": ASSISTANT, "content": _answer_text(record, response_column, where, "answer")})
     return {"messages": messages, "system": None}
 
@@ -143,12 +159,14 @@ def _alpaca_prompt(record: dict, spec: DatasetSpec, where: str) -> list[dict]:
         column = spec.column(key)
         value = record.get(column) if column else None
         if value is not None and not isinstance(value, str):
-            raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({shorten(value)}).")
+            raise RowError(where, column, _not_text(column, value))
         if value:
             parts.append(value)
     if not parts:
-        raise RowError(where, spec.column("prompt"), f"no instruction: {spec.column('prompt')!r} is missing or "
-                       f"empty (the row has: {_fields(record)}).")
+        column, fields = spec.column("prompt"), _fields(record)
+        raise RowError(where, column, Message("data.row.no_instruction", f"no instruction: {column!r} is missing "
+                                              f"or empty (the row has: {fields.text}).",
+                                              {"column": repr(column), "fields": fields}))
     messages.append({"role": USER, "content": "\n".join(parts)})
     return messages
 
@@ -158,30 +176,50 @@ def alpaca_history(record: dict, column: str | None, where: str) -> list[dict]:
     if history is None:
         return []
     if not isinstance(history, list):
-        raise RowError(where, column, f"{column!r} must be a list of [instruction, answer] pairs.")
+        raise RowError(where, column, Message("data.row.history_not_list", f"{column!r} must be a list of "
+                                              "[instruction, answer] pairs.", {"column": repr(column)}))
     messages = []
     for number, pair in enumerate(history, start=1):
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-            raise RowError(where, column, f"{column!r} item {number} must be a pair of texts "
-                           f"[\"instruction\", \"answer\"], not {shorten(pair, 80)}.")
+            raise RowError(where, column, Message("data.row.history_item", f"{column!r} item {number} must be a pair "
+                                                  f"of texts [\"instruction\", \"answer\"], not {shorten(pair, 80)}.",
+                                                  {"column": repr(column), "number": number,
+                                                   "value": shorten(pair, 80)}))
         messages += [{"role": USER, "content": pair[0]}, {"role": ASSISTANT, "content": pair[1]}]
     return messages
 
 
+_ANSWERS = {"answer": Message("data.row.answer", "answer"),
+            "chosen answer": Message("data.row.chosen_answer", "chosen answer"),
+            "rejected answer": Message("data.row.rejected_answer", "rejected answer")}
+
+
 def _answer_text(record: dict, column: str | None, where: str, what: str) -> str:
+    """The answer in ``column``; ``what`` names it (a key of _ANSWERS)."""
     if column is None:
-        raise RowError(where, None, f"no {what}: the entry's \"columns\" names no column for it. A columns object "
-                       "replaces every default (as in LLaMA-Factory): add \"response\": \"output\" (or your column).")
+        raise RowError(where, None, Message("data.row.no_answer_column", f"no {what}: the entry's \"columns\" names "
+                                            "no column for it. A columns object replaces every default (as in "
+                                            "LLaMA-Factory): add \"response\": \"output\" (or your column).",
+                                            {"what": _ANSWERS[what]}))
     value = record.get(column)
     if isinstance(value, dict):  # sharegpt-style {"from": "gpt", "value": ...} in an alpaca file
         value = value.get("value", value.get("content"))
     if value is None:
-        raise RowError(where, column, f"no {what}: {column!r} is missing. Every row needs the answer to train on.")
+        raise RowError(where, column, Message("data.row.answer_missing", f"no {what}: {column!r} is missing. Every "
+                                              "row needs the answer to train on.",
+                                              {"what": _ANSWERS[what], "column": repr(column)}))
     if not isinstance(value, str):
-        raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__} ({shorten(value)}).")
+        raise RowError(where, column, _not_text(column, value))
     if not value.strip():
-        raise RowError(where, column, f"{column!r} is empty: write the {what}, or remove the row.")
+        raise RowError(where, column, Message("data.row.answer_empty", f"{column!r} is empty: write the {what}, or "
+                                              "remove the row.", {"what": _ANSWERS[what], "column": repr(column)}))
     return value
+
+
+def _not_text(column: str, value: Any) -> Message:
+    kind = type(value).__name__
+    return Message("data.row.not_text", f"{column!r} must be text, not {kind} ({shorten(value)}).",
+                   {"column": repr(column), "kind": kind, "value": shorten(value)})
 
 
 def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
@@ -189,7 +227,9 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
     raw = _maybe_json(record.get(column))
     if not isinstance(raw, list) or not raw:
         fields = _fields(record)
-        raise RowError(where, column, f"{column!r} must be a non-empty list of messages (the row has: {fields}).")
+        raise RowError(where, column, Message("data.row.no_messages", f"{column!r} must be a non-empty list of "
+                                              f"messages (the row has: {fields.text}).",
+                                              {"column": repr(column), "fields": fields}))
     role_tag, system_tag = spec.tag("role_tag"), spec.tag("system_tag")
     if spec.formatting == "openai":
         raw = _openai_turns(raw, spec, where, column)
@@ -209,20 +249,29 @@ def _convert_sharegpt(record: dict, spec: DatasetSpec, where: str) -> dict:
     example: dict[str, Any] = {"messages": messages, "system": system}
     if spec.ranking:
         if len(messages) % 2 != 1:
-            raise RowError(where, column, f"a preference row's {column!r} must end with the user's turn "
-                           f"({_count(messages)} found); the answers go in chosen/rejected.")
+            raise RowError(where, column, Message("data.row.pair_ends_with_answer", f"a preference row's {column!r} "
+                                                  f"must end with the user's turn ({_count(messages)} found); the "
+                                                  "answers go in chosen/rejected.",
+                                                  {"column": repr(column), "messages": len(messages)}))
         example["chosen"] = _ranked_answer(record, spec, "chosen", tag_roles, where)
         example["rejected"] = _ranked_answer(record, spec, "rejected", tag_roles, where)
     elif len(messages) % 2 != 0:
-        raise RowError(where, column, f"the conversation ends with a user-side turn, so there is no answer to "
-                       f"train on ({_count(messages)}). Add the assistant's reply or drop the last message.")
+        raise RowError(where, column, Message("data.row.ends_without_answer", "the conversation ends with a "
+                                              f"user-side turn, so there is no answer to train on "
+                                              f"({_count(messages)}). Add the assistant's reply or drop the last "
+                                              "message.", {"messages": len(messages)}))
     return example
 
 
-def _fields(record: dict) -> str:
+def _fields(record: dict) -> Message:
     """The row's field names for a message: a few, shortened, control characters escaped."""
-    names = [shorten(name, 30) for name in list(record)[:8]]
-    return ", ".join(names) + (f" and {len(record) - 8} more" if len(record) > 8 else "") if names else "no fields"
+    names = ", ".join(shorten(name, 30) for name in list(record)[:8])
+    if not names:
+        return Message("data.row.no_fields", "no fields")
+    if len(record) > 8:
+        return Message("data.row.fields_more", f"{names} and {len(record) - 8} more",
+                       {"names": names, "more": len(record) - 8})
+    return Message("data.row.fields", names, {"names": names})
 
 
 def _count(messages: list) -> str:
@@ -279,8 +328,10 @@ def _openai_turns(raw: list, spec: DatasetSpec, where: str, column: str) -> list
         if calls:
             if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
                                                       for c in calls):
-                raise RowError(where, column, f"message {number}'s tool_calls must be a list of objects with a "
-                               f"\"function\" object each, not {shorten(calls)}.")
+                raise RowError(where, column, Message("data.row.tool_calls", f"message {number}'s tool_calls must be "
+                                                      "a list of objects with a \"function\" object each, not "
+                                                      f"{shorten(calls)}.", {"number": number,
+                                                                             "value": shorten(calls)}))
             message = {role_tag: function, content_tag: tool_calls_text(calls)}
         turns.append(message)
     if results:
@@ -292,18 +343,26 @@ def _message_role(message: Any, tag_roles: dict, spec: DatasetSpec, position: in
                   column: str) -> str:
     role_tag = spec.tag("role_tag")
     if not isinstance(message, dict):
-        raise RowError(where, column, f"message {number} is a {type(message).__name__}, not an object.")
+        kind = type(message).__name__
+        raise RowError(where, column, Message("data.row.message_not_object", f"message {number} is a {kind}, not an "
+                                              "object.", {"number": number, "kind": kind}))
     tag = message.get(role_tag)
     if not isinstance(tag, str) or tag not in tag_roles:
-        found = f"no {role_tag!r} key (keys: {shorten(list(message), 80)})" if tag is None else \
-            f"the role {shorten(tag)}"
-        raise RowError(where, column, f"message {number} has {found}; expected one of {', '.join(tag_roles)} "
-                       "(set \"tags\" in dataset_info.json, or write a fixed copy with --fix).")
+        found = Message("data.row.no_role_key", f"no {role_tag!r} key (keys: {shorten(list(message), 80)})",
+                        {"key": repr(role_tag), "keys": shorten(list(message), 80)}) if tag is None else \
+            Message("data.row.the_role", f"the role {shorten(tag)}", {"role": shorten(tag)})
+        tags = ", ".join(tag_roles)
+        raise RowError(where, column, Message("data.row.unknown_role", f"message {number} has {found.text}; "
+                                              f"expected one of {tags} (set \"tags\" in dataset_info.json, or write "
+                                              "a fixed copy with --fix).",
+                                              {"number": number, "found": found, "tags": tags}))
     expected = USER_SIDE if position % 2 == 0 else ASSISTANT_SIDE
     if tag_roles[tag] not in expected:
-        wanted = " or ".join(repr(t) for t, role in tag_roles.items() if role in expected)
-        raise RowError(where, column, f"message {number} is {tag!r} where {wanted} was expected: user-side and "
-                       "assistant-side turns must alternate.")
+        wanted = [repr(t) for t, role in tag_roles.items() if role in expected]
+        raise RowError(where, column, Message("data.row.out_of_turn", f"message {number} is {tag!r} where "
+                                              f"{' or '.join(wanted)} was expected: user-side and assistant-side "
+                                              "turns must alternate.",
+                                              {"number": number, "tag": repr(tag), "wanted": " / ".join(wanted)}))
     return tag_roles[tag]
 
 
@@ -315,8 +374,11 @@ def _message_text(message: dict, spec: DatasetSpec, where: str, number: int, col
         if len(texts) == len(content) and all(isinstance(text, str) for text in texts):
             content = "".join(texts)
     if not isinstance(content, str):
-        got = f"no {content_tag!r} key" if content is None else f"a {type(content).__name__} as {content_tag!r}"
-        raise RowError(where, column, f"message {number} has {got}; its text must be a string.")
+        got = Message("data.row.no_key", f"no {content_tag!r} key", {"key": repr(content_tag)}) if content is None \
+            else Message("data.row.kind_as", f"a {type(content).__name__} as {content_tag!r}",
+                         {"kind": type(content).__name__, "key": repr(content_tag)})
+        raise RowError(where, column, Message("data.row.message_text", f"message {number} has {got.text}; its text "
+                                              "must be a string.", {"number": number, "got": got}))
     return content
 
 
@@ -326,15 +388,18 @@ def _ranked_answer(record: dict, spec: DatasetSpec, key: str, tag_roles: dict, w
     if isinstance(value, str) and value.strip():
         return value
     if not isinstance(value, dict):
-        raise RowError(where, column, f"the {key} answer ({column!r}) must be a message like "
-                       f"{{\"from\": \"gpt\", \"value\": \"...\"}}, not {shorten(value)}.")
+        raise RowError(where, column, Message("data.row.ranked_not_message", f"the {key} answer ({column!r}) must be "
+                                              f"a message like {{\"from\": \"gpt\", \"value\": \"...\"}}, not "
+                                              f"{shorten(value)}.", {"key": key, "column": repr(column),
+                                                                     "value": shorten(value)}))
     role = value.get(spec.tag("role_tag"))
     if not isinstance(role, str) or tag_roles.get(role) not in ASSISTANT_SIDE:
-        raise RowError(where, column, f"the {key} answer must come from {spec.tag('assistant_tag')!r}, not "
-                       f"{shorten(role)}.")
+        tag = repr(spec.tag("assistant_tag"))
+        raise RowError(where, column, Message("data.row.ranked_role", f"the {key} answer must come from {tag}, not "
+                                              f"{shorten(role)}.", {"key": key, "tag": tag, "role": shorten(role)}))
     text = _message_text(value, spec, where, 0, column)
     if not text.strip():
-        raise RowError(where, column, f"the {key} answer is empty.")
+        raise RowError(where, column, Message("data.row.ranked_empty", f"the {key} answer is empty.", {"key": key}))
     return text
 
 
@@ -343,7 +408,9 @@ def _optional_text(record: dict, column: str | None, where: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise RowError(where, column, f"{column!r} must be text, not {type(value).__name__}.")
+        kind = type(value).__name__
+        raise RowError(where, column, Message("data.row.not_text_kind", f"{column!r} must be text, not {kind}.",
+                                              {"column": repr(column), "kind": kind}))
     return value
 
 
@@ -355,12 +422,14 @@ def _tools_text(record: dict, column: str | None, where: str) -> str | None:
     if isinstance(value, (list, dict)):
         return json.dumps(value, ensure_ascii=False)
     if not isinstance(value, str):
-        raise RowError(where, column, f"{column!r} must be a JSON list of tool descriptions.")
+        raise RowError(where, column, Message("data.row.tools_not_list", f"{column!r} must be a JSON list of tool "
+                                              "descriptions.", {"column": repr(column)}))
     try:
         loads_json(value)
     except json.JSONDecodeError as exc:
-        raise RowError(where, column, f"{column!r} is not valid JSON ({exc.msg}); tools are a JSON list of "
-                       "function descriptions.") from None
+        raise RowError(where, column, Message("data.row.tools_not_json", f"{column!r} is not valid JSON ({exc.msg}); "
+                                              "tools are a JSON list of function descriptions.",
+                                              {"column": repr(column), "error": exc.msg})) from None
     return value
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.data.text import escape_control, find_bad_text, replace_bad_text, shorten
+from engine.messages import Message
 
 FileKind = Literal["json", "jsonl", "csv", "parquet", "arrow", "text"]
 SUFFIX_KINDS: dict[str, FileKind] = {
@@ -27,6 +28,12 @@ class RowIssue:
     line: int | None
     field: str | None
     message: str
+    coded: Message | None = None
+    """``message`` as engine.messages.Message."""
+
+    @classmethod
+    def said(cls, row: int | None, line: int | None, field: str | None, message: Message) -> RowIssue:
+        return cls(row, line, field, message.text, message)
 
 
 @dataclass
@@ -47,27 +54,28 @@ class RowsRead:
         """Append one row; note its duplicate keys, and replace text no UTF-8 writer accepts (noted too)."""
         number = len(self.rows) + 1
         if duplicates:
-            self.issues.append(RowIssue(number, line, escape_control(duplicates[0], keep_layout=False),
-                                        duplicate_message(duplicates)))
+            self.issues.append(RowIssue.said(number, line, escape_control(duplicates[0], keep_layout=False),
+                                             duplicate_message(duplicates)))
         bad = find_bad_text(row)
         if bad is not None:
             field_path, text, position = bad
-            self.issues.append(RowIssue(number, line, field_path or None, _surrogate_message(text, position)))
+            self.issues.append(RowIssue.said(number, line, field_path or None, _surrogate_message(text, position)))
             row = replace_bad_text(row)
         self.rows.append(row)
         self.lines.append(line)
 
 
-def duplicate_message(keys: list[str]) -> str:
+def duplicate_message(keys: list[str]) -> Message:
     """What a row (or a file of columns) with keys given twice is told."""
     names = ", ".join(shorten(key, 40) for key in keys[:3]) + (" ..." if len(keys) > 3 else "")
-    return (f"duplicate key {names}: JSON keeps only the last value and drops the others silently. Keep one "
-            "of them (rename or merge the values).")
+    return Message("data.read.duplicate_key", f"duplicate key {names}: JSON keeps only the last value and drops "
+                   "the others silently. Keep one of them (rename or merge the values).", {"keys": names})
 
 
-def _surrogate_message(text: str, position: int) -> str:
-    return (f"text that is not valid Unicode: a lone surrogate \\u{ord(text[position]):04x} at character "
-            f"{position + 1} ({shorten(text[max(0, position - 20):position + 20], 50)}). A \\ud800-\\udfff "
-            "escape must be half of a pair; fix or remove it (shown as \ufffd here).")
+def _surrogate_message(text: str, position: int) -> Message:
+    code, around = f"\\u{ord(text[position]):04x}", shorten(text[max(0, position - 20):position + 20], 50)
+    return Message("data.read.lone_surrogate", f"text that is not valid Unicode: a lone surrogate {code} at "
+                   f"character {position + 1} ({around}). A \\ud800-\\udfff escape must be half of a pair; fix or "
+                   "remove it (shown as \ufffd here).", {"code": code, "at": position + 1, "around": around})
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from engine.data.rows import FileKind, RowIssue, RowsRead
 from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
 from engine.errors import DataError
+from engine.messages import Message
 
 
 def read_csv(path: Path, text: str) -> RowsRead:
@@ -43,11 +44,14 @@ def _header_issues(header: list[str], line: int) -> list[RowIssue]:
     for number, name in enumerate(header, start=1):
         shown = escape_control(name, keep_layout=False)
         if not name.strip():
-            issues.append(RowIssue(None, line, None, f"column {number} of the header has no name; name it "
-                                   "or remove the column."))
+            issues.append(RowIssue.said(None, line, None, Message(
+                "data.read.unnamed_column", f"column {number} of the header has no name; name it or remove the "
+                "column.", {"number": number})))
         elif name in seen:
-            issues.append(RowIssue(None, line, shown, f"the header names column {shorten(name, 40)} twice "
-                                   f"(again as column {number}); only one would be read. Rename one of them."))
+            issues.append(RowIssue.said(None, line, shown, Message(
+                "data.read.column_twice", f"the header names column {shorten(name, 40)} twice (again as column "
+                f"{number}); only one would be read. Rename one of them.",
+                {"name": shorten(name, 40), "number": number})))
         seen.add(name)
     return issues
 
@@ -55,13 +59,15 @@ def _header_issues(header: list[str], line: int) -> list[RowIssue]:
 def _width_issue(number: int, line: int, header: list[str], cells: list[str]) -> RowIssue:
     if len(cells) > len(header):
         extra = ", ".join(shorten(cell, 30) for cell in cells[len(header):][:3])
-        return RowIssue(number, line, None, f"{len(cells)} cells but the header names {len(header)} columns; "
-                        f"the extra cells ({extra}) belong to no column. Quote cells that contain commas, or "
-                        "remove the extra cells.")
+        return RowIssue.said(number, line, None, Message(
+            "data.read.extra_cells", f"{len(cells)} cells but the header names {len(header)} columns; the extra "
+            f"cells ({extra}) belong to no column. Quote cells that contain commas, or remove the extra cells.",
+            {"cells": len(cells), "columns": len(header), "extra": extra}))
     missing = ", ".join(shorten(name, 30) for name in header[len(cells):][:3])
-    return RowIssue(number, line, escape_control(header[len(cells)], keep_layout=False),
-                    f"{len(cells)} cells but the header names {len(header)} columns (no cell for {missing}). "
-                    "Add the missing cells (an empty one is two commas).")
+    return RowIssue.said(number, line, escape_control(header[len(cells)], keep_layout=False), Message(
+        "data.read.missing_cells", f"{len(cells)} cells but the header names {len(header)} columns (no cell for "
+        f"{missing}). Add the missing cells (an empty one is two commas).",
+        {"cells": len(cells), "columns": len(header), "missing": missing}))
 
 
 def read_table(path: Path, kind: FileKind) -> RowsRead:
@@ -109,24 +115,26 @@ def _usable_columns(table):
     issues = []
     names = table.column_names
     for name in sorted({name for name in names if names.count(name) > 1}):
-        issues.append(RowIssue(None, None, escape_control(name, keep_layout=False), f"the table has "
-                               f"{names.count(name)} columns named {shorten(name, 40)}; only the last would be "
-                               "read. Rename them."))
+        issues.append(RowIssue.said(None, None, escape_control(name, keep_layout=False), Message(
+            "data.read.table_column_twice", f"the table has {names.count(name)} columns named {shorten(name, 40)}; "
+            "only the last would be read. Rename them.", {"count": names.count(name), "name": shorten(name, 40)})))
     for index in reversed(range(table.num_columns)):
         column_type, name = table.schema.field(index).type, table.column_names[index]
         if _holds_bytes(column_type):
             shown = escape_control(name, keep_layout=False)
-            issues.append(RowIssue(None, None, shown, f"column {shorten(name, 40)} holds raw bytes ({column_type}), "
-                                   "not text, so it was left out. Store it as a string column (decode the bytes "
-                                   "as UTF-8 when you write the file)."))
+            issues.append(RowIssue.said(None, None, shown, Message(
+                "data.read.bytes_column", f"column {shorten(name, 40)} holds raw bytes ({column_type}), not text, so "
+                "it was left out. Store it as a string column (decode the bytes as UTF-8 when you write the file).",
+                {"name": shorten(name, 40), "type": str(column_type)})))
             table = table.remove_column(index)
         elif not _json_like(column_type):
             try:
                 table = table.set_column(index, name, table.column(index).cast(pa.string()))
             except pa.ArrowException:
-                issues.append(RowIssue(None, None, escape_control(name, keep_layout=False),
-                                       f"column {shorten(name, 40)} has the type {shorten(str(column_type), 60)}, "
-                                       "which has no text form, so it was left out. Store it as text."))
+                kind = shorten(str(column_type), 60)
+                issues.append(RowIssue.said(None, None, escape_control(name, keep_layout=False), Message(
+                    "data.read.untyped_column", f"column {shorten(name, 40)} has the type {kind}, which has no text "
+                    "form, so it was left out. Store it as text.", {"name": shorten(name, 40), "type": kind})))
                 table = table.remove_column(index)
     return table, list(reversed(issues))
 

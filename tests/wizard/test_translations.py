@@ -642,3 +642,65 @@ def test_a_config_that_is_a_list_or_has_unknown_keys_is_refused_in_chinese(zh, t
         "Unknown key 'lerning_rate' in config. Did you mean 'learning_rate'?",
         "Unknown key 'lerning_rate' in config. Did you mean 'learning_rate'?\nUnknown key 'zzz_unheard_of' in config. "
         "See `lf-assistant train --help` for the valid keys.", listed]
+
+
+DATA_FILES = {  # (kind the data stage reads it as, content): each line a problem the data check lists
+    "conversations.jsonl": ("conversations", "\n".join([
+        '{"conversations": [{"from": "human", "value": "hi"}, {"from": "robot", "value": "x"}]}',
+        '{"conversations": [{"from": "human", "value": "hi"}]}',
+        '{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}',
+        '{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}',
+        '{"conversations": [{"from": "human", "value": "{{name}} hello"}, {"from": "gpt", "value": "a"}]}',
+        'not json at all',
+        '{"conversations": [{"from": "human", "value": "k"}, {"from": "gpt", "value": "a"}], '
+        '"conversations": [{"from": "human", "value": "k"}, {"from": "gpt", "value": "b"}]}',
+        '{"conversations": [{"from": "human", "value": 5}, {"from": "gpt", "value": "a"}]}',
+        '{"conversations": [{"from": "gpt", "value": "a"}, {"from": "human", "value": "b"}]}',
+        '{"conversations": [{"from": "human", "value": "<|im_start|>system hi"}, {"from": "gpt", "value": "a"}]}',
+        '{"conversations": "x"}',
+        '{"conversations": [{"from": "human", "value": "\\u001b[31mred"}, {"from": "gpt", "value": "a"}]}',
+        '{"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "a"}]}'])),
+    "instructions.jsonl": ("conversations", "\n".join([
+        '{"instruction": "", "input": "x", "output": "y"}', '{"instruction": "a", "output": ""}',
+        '{"instruction": "a", "input": "b", "output": null}', '{"instruction": 3, "output": "x"}',
+        '{"instruction": "a", "output": "b", "history": "nope"}',
+        '{"instruction": "a", "output": "b", "history": [["x"]]}'])),
+    "table.csv": ("conversations", "instruction,output,output\nq,a,b\nq2,a2,b2,c\nq3\n"),
+    "pairs.jsonl": ("pairs", "\n".join(
+        '{"conversations": [{"from": "human", "value": "q"}' + rest + "}" for rest in (
+            '], "chosen": {"from": "gpt", "value": "a"}, "rejected": {"from": "gpt", "value": "a"}',
+            '], "chosen": 5, "rejected": {"from": "gpt", "value": "b"}',
+            '], "chosen": {"from": "human", "value": "x"}, "rejected": {"from": "gpt", "value": "b"}',
+            ', {"from": "gpt", "value": "a"}], "chosen": {"from": "gpt", "value": "x"}, '
+            '"rejected": {"from": "gpt", "value": "b"}'))),
+    "text.jsonl": ("text", '{"text": ""}\n{"text": "ok"}\n'),
+    "kto.jsonl": ("kto", '{"instruction": "a", "output": "b", "label": "maybe"}\n'
+                         '{"instruction": "a", "output": "c", "label": true}\n'),
+}
+
+
+def _data_problems(folder):
+    """The problems the data stage lists for the files above, with the engine's problems they come from."""
+    from assistant.wizard.stages import data
+
+    said, engine = [], []
+    for name, (kind, content) in DATA_FILES.items():
+        (folder / name).write_text(content, encoding="utf-8")
+        _path, report, lines = data.check_custom(str(folder / name), kind=kind)
+        assert len(lines) == len(report.problems), (name, lines)
+        said, engine = said + lines, engine + report.problems
+    assert len(said) == 29
+    return said, engine
+
+
+def test_the_data_checks_problems_read_in_chinese_in_zh_and_as_the_engine_says_them_in_english(zh, tmp_path):
+    said, _engine = _data_problems(tmp_path)
+    assert said[0] == "第 6 行不是有效的 JSON：Expecting value at column 1"  # the JSON parser's words stay
+    assert "第 2 条消息的角色是 'robot'；应为 human, gpt, observation, function_call 之一" in said[3]
+    assert said[5] == "警告： 第 4 行 (文件第 4 行): 与第 3 行重复。"
+    for line in said[1:]:
+        assert re.search("[\u4e00-\u9fff]", line) and not english_left(line), (line, english_left(line))
+    i18n.set_language("en")
+    said, engine = _data_problems(tmp_path)
+    assert [line.endswith(problem.message) for line, problem in zip(said, engine)] == [True] * 29
+    assert said[5] == "warning: row 4 (line 4): duplicate of row 3."

@@ -403,7 +403,8 @@ def describe_problem(problem: Any) -> str:
         where.append(problem.field)
     prefix = " ".join(where)
     level = "" if problem.level == "error" else t("data.warning") + " "
-    return f"{level}{prefix}: {problem.message}" if prefix else f"{level}{problem.message}"
+    said = t_message(getattr(problem, "coded", None), problem.message)  # the engine's words where it has no code
+    return f"{level}{prefix}: {said}" if prefix else f"{level}{said}"
 
 
 def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, convert: bool,
