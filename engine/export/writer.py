@@ -152,7 +152,7 @@ def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Chec
     # export_size bounds a shard's tensor bytes, as transformers' max_shard_size does (the file adds its header);
     # a shard may hold more only as a single tensor that is itself larger.
     contents = {name: _shard_contents(folder / name) for name in files}
-    over = [n for n, (count, data) in contents.items() if data > shard_bytes and count > 1]
+    over = [n for n, (count, data) in contents.items() if data > shard_bytes and (count is None or count > 1)]
     largest = max((data for _, data in contents.values()), default=0)
     sizes_text = f"{len(files)} shard(s), largest {largest / 1e9:.4g} GB, export_size {shard_bytes / 1e9:.4g} GB"
     sizes = Message("export.check.shard_sizes", sizes_text, {
@@ -165,13 +165,17 @@ def _check_shard_sizes(folder: Path, files: list[str], shard_bytes: int) -> Chec
                  detail_message=detail)
 
 
-def _shard_contents(path: Path) -> tuple[int, int]:
-    """(tensor count, tensor bytes) of a weight file, without its header."""
+def _shard_contents(path: Path) -> tuple[int | None, int]:
+    """(tensor count, tensor bytes) of a weight file, without its header; (None, the file's size) when its
+    header cannot be read (the file's bytes bound its tensors' then; the reload checks fail such a file)."""
+    from engine.models.cache import safetensors_header
+
     if path.name.endswith(".bin"):
         tensors = torch.load(str(path), map_location="cpu", weights_only=True).values()
         return len(tensors), sum(t.numel() * t.element_size() for t in tensors)
-    with path.open("rb") as handle:  # safetensors: an 8-byte header length, then the JSON header
-        header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+    header = safetensors_header(path)
+    if header is None:
+        return None, path.stat().st_size
     spans = [entry["data_offsets"] for key, entry in header.items() if key != "__metadata__"]
     return len(spans), sum(end - start for start, end in spans)
 

@@ -132,41 +132,65 @@ def _size(path: Path) -> int:
 
 def safetensors_problem(path: Path) -> tuple[Message | None, int]:
     """(what is wrong with a safetensors file or None, the size its header announces)."""
+    problem, header, header_len = _read_safetensors_header(path)
+    if problem is not None:
+        return problem, 0
     actual, name = _size(path), path.name
-    if not path.exists():
-        return Message("models.cache.missing", f"{name} is missing", {"file": name}), 0
     try:
-        with path.open("rb") as fh:
-            head = fh.read(8)
-            if head.startswith(LFS_POINTER[:8]):
-                return Message("models.cache.lfs_pointer", f"{name} is a Git LFS pointer, not the weights (cloned "
-                               "without git-lfs): download it again with `lf-assistant models download`",
-                               {"file": name}), 0
-            if len(head) < 8:
-                return Message("models.cache.truncated_bytes", f"{name} is truncated ({actual} bytes)",
-                               {"file": name, "bytes": actual}), 0
-            (header_len,) = struct.unpack("<Q", head)
-            if header_len > actual:
-                return Message("models.cache.truncated", f"{name} is truncated ({human_bytes(actual)} on disk)",
-                               {"file": name, "size": human_bytes(actual)}), 0
-            if header_len > MAX_SAFETENSORS_HEADER:  # the safetensors library refuses larger ones too
-                said, limit = human_bytes(header_len), human_bytes(MAX_SAFETENSORS_HEADER)
-                return Message("models.cache.header_too_long", f"{name} has a corrupt header (its length field says "
-                               f"{said}, more than the {limit} safetensors allows)",
-                               {"file": name, "size": said, "limit": limit}), 0
-            header = loads_json(fh.read(header_len).decode("utf-8"))
         data_end = _tensors_end(header)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) if type(exc) is ValueError else \
-            exc.__class__.__name__
-        return Message("models.cache.corrupt_header", f"{name} has a corrupt header ({why})",
-                       {"file": name, "why": why}), 0
+    except ValueError as exc:
+        return Message("models.cache.corrupt_header", f"{name} has a corrupt header ({exc})",
+                       {"file": name, "why": str(exc)}), 0
     expected = 8 + header_len + data_end
     if actual != expected:
         return Message("models.cache.size_differs", f"{name} is {human_bytes(actual)} but its header says "
                        f"{human_bytes(expected)}: truncated or corrupted, download it again",
                        {"file": name, "size": human_bytes(actual), "expected": human_bytes(expected)}), expected
     return None, expected
+
+
+def safetensors_header(path: Path) -> dict | None:
+    """The JSON header of a safetensors file, read within the format's limits, every tensor in it with whole,
+    ordered data_offsets; None when there is no such header to read (``safetensors_problem`` says why)."""
+    header = _read_safetensors_header(path)[1]
+    try:
+        _tensors_end(header)
+    except ValueError:
+        return None
+    return header
+
+
+def _read_safetensors_header(path: Path) -> tuple[Message | None, object, int]:
+    """(what stops the header being read or None, the header, its length in bytes)."""
+    actual, name = _size(path), path.name
+    if not path.exists():
+        return Message("models.cache.missing", f"{name} is missing", {"file": name}), None, 0
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if head.startswith(LFS_POINTER[:8]):
+                return Message("models.cache.lfs_pointer", f"{name} is a Git LFS pointer, not the weights (cloned "
+                               "without git-lfs): download it again with `lf-assistant models download`",
+                               {"file": name}), None, 0
+            if len(head) < 8:
+                return Message("models.cache.truncated_bytes", f"{name} is truncated ({actual} bytes)",
+                               {"file": name, "bytes": actual}), None, 0
+            (header_len,) = struct.unpack("<Q", head)
+            if header_len > actual:
+                return Message("models.cache.truncated", f"{name} is truncated ({human_bytes(actual)} on disk)",
+                               {"file": name, "size": human_bytes(actual)}), None, 0
+            if header_len > MAX_SAFETENSORS_HEADER:  # the safetensors library refuses larger ones too
+                said, limit = human_bytes(header_len), human_bytes(MAX_SAFETENSORS_HEADER)
+                return Message("models.cache.header_too_long", f"{name} has a corrupt header (its length field says "
+                               f"{said}, more than the {limit} safetensors allows)",
+                               {"file": name, "size": said, "limit": limit}), None, 0
+            header = loads_json(fh.read(header_len).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) if type(exc) is ValueError else \
+            exc.__class__.__name__
+        return Message("models.cache.corrupt_header", f"{name} has a corrupt header ({why})",
+                       {"file": name, "why": why}), None, 0
+    return None, header, header_len
 
 
 MAX_SAFETENSORS_HEADER = 100_000_000

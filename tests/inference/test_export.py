@@ -147,6 +147,15 @@ def test_export_size_below_one_tensor_gives_that_tensor_its_own_shard(demo_model
     assert not _check_shard_sizes(result.export_dir, result.files, 50_000).passed  # shards of several tensors
 
 
+def test_the_shard_check_reads_a_damaged_header_within_limits(tmp_path):
+    """A shard whose header length field claims terabytes is measured by its size, not read whole."""
+    from engine.export.writer import _check_shard_sizes
+
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 8 + b"{}" * 500)
+    assert _check_shard_sizes(tmp_path, ["model.safetensors"], 5_000).passed
+    assert not _check_shard_sizes(tmp_path, ["model.safetensors"], 500).passed
+
+
 def test_adapter_that_changes_nothing_is_refused(demo_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
