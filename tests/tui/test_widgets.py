@@ -2,15 +2,17 @@
 
 from assistant.tui.screens.train import eta_words, metric_label, since_logged, wrap_lines
 from assistant.tui.screens.validate import answer_markup
-from assistant.tui.widgets.board import RUN_ID_WIDTH, short_run_id
+from assistant.tui.widgets.board import RUN_ID_WIDTH, run_id_lines
 
 
-def test_run_id_fits_the_board_keeping_model_and_time():
-    assert short_run_id("wizard_run_0102") == "wizard_run_0102"  # fits: unchanged
-    for run_id, shown in [("lf-tiny-qwen3_lora_20260102_030405", "lf-tiny-qwen3_…030405"),
-                          ("qwen3-0.6b_lora-dpo_20260102_030405-2", "qwen3-0.6b_…030405-2"),
-                          ("qwen3-4b-instruct-2507_freeze_20260102_030405", "qwen3-4b-instr…030405")]:
-        assert short_run_id(run_id) == shown and len(shown) <= RUN_ID_WIDTH
+def test_run_id_is_shown_whole_in_lines_of_the_board_width_keeping_its_time_stamp_together():
+    assert run_id_lines("wizard_run_0102") == ["wizard_run_0102"]  # fits: one line
+    for run_id, shown in [("lf-tiny-qwen3_lora_20260102_030405", ["lf-tiny-qwen3_lora_", "20260102_030405"]),
+                          ("qwen3-0.6b_lora-dpo_20260102_030405-2", ["qwen3-0.6b_lora-dpo_", "20260102_030405-2"]),
+                          ("qwen3-4b-instruct-2507_freeze_20260102_030405",
+                           ["qwen3-4b-instruct-", "2507_freeze_", "20260102_030405"]),
+                          ("m" * 30 + "_lora_20260102_030405", ["m" * 21, "m" * 9 + "_lora_", "20260102_030405"])]:
+        assert run_id_lines(run_id) == shown and all(len(line) <= RUN_ID_WIDTH for line in shown)
 
 
 def test_log_lines_fold_to_the_width_and_progress_bars_keep_their_last_state():

@@ -13,21 +13,26 @@ from assistant.wizard.skill import MARK_TEXT
 MARK_STYLE = {"done": "green", "current": "bold yellow", "todo": "", "skipped": "dim"}
 # The board is 24 columns with a border and padding: 21 cells of text per line.
 RUN_ID_WIDTH = 21
+# A run id's parts: its time stamp whole (an id ends with it, and -2, -3... when runs started in the same second),
+# else a piece up to and with a `_` or `-`.
+RUN_ID_PARTS = re.compile(r"\d{8}_\d{6}(?:-\d+)?$|[^_-]*[_-]|[^_-]+")
 
 
-def short_run_id(run_id: str, width: int = RUN_ID_WIDTH) -> str:
-    """The run id on one line: whole when it fits, else its start and its time stamp around an ellipsis
-    (lf-tiny-qwen3_lora_20260102_030405 -> lf-tiny-qwen3_…030405), cut at a `_` where one is close. The start
-    names the model, the time tells runs of the same model apart; the full id is printed on exit."""
-    if len(run_id) <= width:
-        return run_id
-    stamp = re.search(r"\d{6}(?:-\d+)?$", run_id)
-    tail = stamp.group(0) if stamp else run_id[-(width // 3):]
-    head = run_id[:width - len(tail) - 1]
-    cut = head.rfind("_")
-    if cut >= len(head) // 2:
-        head = head[:cut + 1]
-    return f"{head}…{tail}"
+def run_id_lines(run_id: str, width: int = RUN_ID_WIDTH) -> list[str]:
+    """The whole run id in lines of at most `width` cells, broken after a `_` or `-` and with its time stamp kept
+    on one line (lf-tiny-qwen3_lora_20260102_030405 -> lf-tiny-qwen3_lora_ / 20260102_030405): the user types
+    it back for `lf-assistant --resume RUN_ID`, so none of it is left out. A part wider than a line is cut."""
+    lines = [""]
+    for part in RUN_ID_PARTS.findall(run_id):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        while len(lines[-1]) + len(part) > width:
+            cut = width - len(lines[-1])
+            lines[-1] += part[:cut]
+            lines.append("")
+            part = part[cut:]
+        lines[-1] += part
+    return [line for line in lines if line]
 
 
 def board_text(marks: list[tuple[str, str]], *, run_id: str, device: str, fetch: str | None) -> Text:
@@ -37,7 +42,7 @@ def board_text(marks: list[tuple[str, str]], *, run_id: str, device: str, fetch:
     for number, (line, mark) in enumerate(marks):  # numbered as the screen headers are (Skill.stage_number)
         text.append(f"{MARK_TEXT[mark]} {number}. {t('board.' + line)}\n", style=MARK_STYLE[mark])
     text.append("\n" + t("board.run") + "\n", style="bold")
-    text.append(short_run_id(run_id) + "\n", style="cyan")
+    text.append("\n".join(run_id_lines(run_id)) + "\n", style="cyan")
     text.append(t("board.device", device=device) + "\n")
     if fetch:
         text.append(fetch + "\n", style="magenta")
