@@ -158,7 +158,7 @@ class ConfigScreen(StageScreen):
         keys = list(built.config) if self.show_all else self._keys()
         params = self.query_one("#params", DataTable)
         fill_table(params, [t("col.parameter"), t("col.value")], [[k, fmt_value(built.config[k], k)] for k in keys],
-                   keys=keys, width=(params.size.width or self.app.size.width - 26) - 3)
+                   keys=keys, width=(params.size.width or self.app.size.width - 26) - 3, short_paths=True)
         rows = [[row.parameter, fmt_value(row.default, row.parameter), fmt_value(row.new, row.parameter), row.reason]
                 for row in built.diff]
         diff = diff_text(rows) if rows else Text(t("config.no_diff"))

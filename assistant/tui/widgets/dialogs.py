@@ -37,10 +37,43 @@ def column_widths(columns: list[str], rows: list[list[Any]]) -> list[int]:
     return [max(cell_len(str(row[i])) for row in [columns, *rows]) for i in range(len(columns))]
 
 
+def short_path(text: str, width: int) -> str:
+    """A path wider than `width` cells shortened in the middle with its file name kept whole
+    (saves/lf-tiny-qwen3/lora/sft_20260102_030405 -> saves/…/sft_20260102_030405), the folders kept from the
+    start as far as they fit; a name wider than that keeps its end (a run's folder ends with its time stamp). Text
+    without a `/`, or that fits, is returned as it is."""
+    from rich.cells import cell_len
+
+    head, slash, name = text.rpartition("/")
+    if cell_len(text) <= width or not slash:
+        return text
+    tail = "…/" + name
+    if cell_len(tail) > width:
+        end = ""
+        for character in reversed(text):
+            if cell_len(character + end) > width - 1:
+                break
+            end = character + end
+        return "…" + end
+    start = ""
+    for folder in head.split("/"):
+        if cell_len(start + folder + "/" + tail) > width:
+            break
+        start += folder + "/"
+    return start + tail
+
+
+def is_path(text: str) -> bool:
+    return "/" in text and not any(character.isspace() for character in text)
+
+
 def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None,
-               width: int | None = None) -> None:
+               width: int | None = None, short_paths: bool = False) -> None:
     """Rows of (name, value). With `width` (the table's), the last column takes what the others leave and a long
-    value (a path) wraps onto more lines of its row instead of being cut at the edge."""
+    value (a path) wraps onto more lines of its row instead of being cut at the edge; with `short_paths` as well,
+    a path too wide for it is shortened in the middle instead (short_path: one line that ends with the file name,
+    where a fold broke the path anywhere), for a table whose full values are a key away (the config stage edits
+    the row)."""
     from rich.cells import cell_len
     from rich.text import Text
 
@@ -61,6 +94,8 @@ def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys
         table.add_column(name, width=widths[index])
     for index, row in enumerate(rows):
         cells = [str(cell) for cell in row]
+        if short_paths and is_path(cells[-1]):
+            cells[-1] = short_path(cells[-1], last)
         lines = max(max(1, -(-cell_len(cell) // size)) for cell, size in zip(cells, widths))
         table.add_row(*[Text(cell, overflow="fold") for cell in cells], height=lines,
                       key=keys[index] if keys else None)
