@@ -1,5 +1,5 @@
 """What a new user reads at 80x24 is whole, or readable with the whole a key away: the run id on the board (typed
-back for --resume), paths in the config stage's parameter table."""
+back for --resume), paths in the config stage's parameter table, the runs named in the compare view's legend."""
 
 from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, on_screen, wait_until, walk_to
 
@@ -51,3 +51,32 @@ async def test_config_paths_take_one_line_keeping_the_file_name_and_edit_shows_t
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_screen(app, "EditValue"), what="the edit dialog")
         assert app.screen.query_one("#edit-value", Input).value == config["output_dir"]  # the whole path
+
+
+def _run(workspace, run_id: str, losses: list[float]) -> None:
+    from engine.rundir import RunDir
+
+    run = RunDir(workspace / "lf_runs" / run_id)
+    run.path.mkdir(parents=True)
+    run.update_status(state="completed", stage="sft", model="Qwen/Qwen3-4B-Instruct-2507", method="lora",
+                      step=len(losses), total_steps=len(losses))
+    for step, loss in enumerate(losses, start=1):
+        run.append_metric({"step": step, "loss": loss})
+
+
+async def test_the_compare_legend_names_both_runs_whole_within_80_columns(workspace):
+    ids = ["qwen3-4b-instruct-2507_lora_20260101_100000", "qwen3-4b-instruct-2507_lora_20260101_110000"]
+    _run(workspace, ids[0], [3.0, 2.5, 2.0, 1.5])
+    _run(workspace, ids[1], [3.1, 2.9, 2.8, 2.7])
+    app = make_app(workspace, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"), what="the runs")
+        await pilot.press("space", "down", "space", "c")
+        await wait_until(pilot, lambda: on_screen(app, "CompareScreen"), what="the comparison")
+        await pilot.pause(0.2)
+        chart = app.screen.query_one("#chart")
+        lines = str(chart.render()).splitlines()
+        assert all(len(line) <= chart.content_size.width for line in lines), lines[:3]
+        assert len(lines) <= chart.content_size.height  # the step axis under the plot is still there
+        legend = " ".join(lines[:2])
+        assert all(f"A {run_id}" in legend or f"B {run_id}" in legend for run_id in ids), lines[:2]

@@ -198,8 +198,9 @@ class CompareScreen(Screen):
     def on_mount(self) -> None:
         self.query_one(".review-page").focus()
         first, second = review.load_record(self.first.path), review.load_record(self.second.path)
-        self.query_one("#chart", LossChart).set_series({"A " + first.run_id[:18]: first.losses,
-                                                        "B " + second.run_id[:18]: second.losses})
+        # The whole ids: cut at a fixed length, two runs of one model read the same (their time stamps are last).
+        self.query_one("#chart", LossChart).set_series({"A " + first.run_id: first.losses,
+                                                        "B " + second.run_id: second.losses})
         rows = [[key, fmt_value(a, key), fmt_value(b, key)]
                 for key, a, b in review.config_difference(first.config, second.config)]
         fill_table(self.query_one("#difference", DataTable), [t("col.parameter"), "A", "B"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
@@ -20,17 +21,30 @@ MARKERS: tuple[tuple[str, str], ...] = (("braille", "⠤"), ("dot", "•"), ("x"
 Y_MARGIN = 0.05
 
 
-def legend(names: list[str], right: set[str], note: str = "") -> Text:
+def legend(names: list[str], right: set[str], note: str = "", width: int | None = None) -> Text:
     """`⠤ loss  • rewards/accuracies  x rewards/margins (right axis)` in the series' colours, then `note` (what a
-    point is) dimmed."""
+    point is) dimmed; with `width`, an entry that would run past it starts the next line (never cut in two: the
+    compare view's entries are run ids)."""
     colours = ("blue", "green", "red", "magenta")
     text = Text()
+    used = 0
     for index, name in enumerate(names):
         marker = MARKERS[index % len(MARKERS)][1]
         label = f"{name} ({t('chart.right_axis')})" if name in right else name
-        text.append(f"{marker} {label}", style=colours[index % len(colours)])
-        text.append("  ")
+        entry = f"{marker} {label}"
+        if width is not None and used and used + 2 + cell_len(entry) > width:
+            text.append("\n")
+            used = 0
+        elif used:
+            text.append("  ")
+            used += 2
+        text.append(entry, style=colours[index % len(colours)])
+        used += cell_len(entry)
     if note:
+        if width is not None and used and used + 2 + cell_len(note) > width:
+            text.append("\n")
+        elif used:
+            text.append("  ")
         text.append(note, style="dim")
     return text
 
@@ -77,9 +91,10 @@ def render_chart(series: dict[str, list[tuple[float, float]]], width: int, heigh
     import plotext as plt
 
     titled = len(drawable) > 1 or bool(note)
+    key = legend(list(drawable), set(right), note, width) if titled else None
     figure = plt.figure
     figure.clear()
-    figure.plot_size(max(20, width), max(6, height - (1 if titled else 0)))
+    figure.plot_size(max(20, width), max(6, height - (len(key.plain.splitlines()) if key else 0)))
     figure.theme("simple")
     for index, (name, points) in enumerate(drawable.items()):
         xs, ys = zip(*points)
@@ -98,9 +113,7 @@ def render_chart(series: dict[str, list[tuple[float, float]]], width: int, heigh
             low, high = y_range(ys)
             figure.ruler(axis=1, side=side).lim(low, high).ticks(*nice_ticks(low, high, max(2, round(height / 2.5))))
     plot = Text.from_ansi(str(figure.build()).rstrip("\n"))
-    if not titled:
-        return plot
-    return Text("\n").join([legend(list(drawable), set(right), note), plot])
+    return Text("\n").join([key, plot]) if key else plot
 
 
 class LossChart(Static):
