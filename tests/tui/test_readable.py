@@ -1,5 +1,6 @@
 """What a new user reads at 80x24 is whole, or readable with the whole a key away: the run id on the board (typed
-back for --resume), paths in the config stage's parameter table, the runs named in the compare view's legend."""
+back for --resume), paths in the config stage's parameter table, the runs named in the compare view's legend, a
+row count as the user writes it."""
 
 from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, on_screen, wait_until, walk_to
 
@@ -80,3 +81,26 @@ async def test_the_compare_legend_names_both_runs_whole_within_80_columns(worksp
         assert len(lines) <= chart.content_size.height  # the step axis under the plot is still there
         legend = " ".join(lines[:2])
         assert all(f"A {run_id}" in legend or f"B {run_id}" in legend for run_id in ids), lines[:2]
+
+
+async def test_a_held_out_row_count_reads_as_a_whole_number(workspace, monkeypatch):
+    """val_size 6 (six rows held out) is held as 6.0; shown as 6, as it is written, where 6.0 read as a share."""
+    from textual.widgets import Input, Static
+
+    answer_preflight_at_once(monkeypatch)
+    app = make_app(workspace, now=FIXED_TIME)
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to(pilot, app, "ConfigScreen")
+        await wait_until(pilot, lambda: app.screen.built is not None, what="config built")
+        assert app.screen.built.config["val_size"] == 6.0
+        diff = str(app.screen.query_one("#diff", Static).render())
+        assert "val_size: 0.0 → 6\n" in diff, diff
+        await pilot.press("a")
+        await pilot.pause(0.2)
+        table = app.screen.query_one("#params")
+        assert str(table.get_row_at(table.get_row_index("val_size"))[1]) == "6"
+        table.focus()
+        table.move_cursor(row=table.get_row_index("val_size"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: on_screen(app, "EditValue"), what="the edit dialog")
+        assert app.screen.query_one("#edit-value", Input).value == "6"

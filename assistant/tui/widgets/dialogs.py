@@ -19,14 +19,23 @@ PATH_KEYS = ("model_name_or_path", "adapter_name_or_path", "dataset_dir", "outpu
 
 
 def fmt_value(value: Any, key: str = "") -> str:
-    """A config value as it reads in YAML (paths inside the working directory shown relative)."""
+    """A config value as it reads in YAML (paths inside the working directory shown relative, a count as a whole
+    number: count_as_written)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if key in PATH_KEYS and isinstance(value, str) and value.startswith("/"):
         return display_path(value)
-    return str(value)
+    return str(count_as_written(value, key))
+
+
+def count_as_written(value: Any, key: str) -> Any:
+    """val_size as the user writes it: LLaMA-Factory reads it below 1 as a share of the rows and from 1 on as a
+    row count, which the float field holds as 6.0; a count reads 6."""
+    if key == "val_size" and isinstance(value, float) and value >= 1 and value.is_integer():
+        return int(value)
+    return value
 
 
 def column_widths(columns: list[str], rows: list[list[Any]]) -> list[int]:
@@ -217,7 +226,8 @@ class EditValue(ModalScreen["str | None"]):
                     options = [fmt_value(choice) for choice in self.choices]
                     yield OptionList(*options, id="edit-choices")
                 else:
-                    yield Input(value=fmt_value(self.current) if self.current is not None else "", id="edit-value")
+                    current = count_as_written(self.current, self.key)  # a path stays whole: no display_path
+                    yield Input(value=fmt_value(current) if current is not None else "", id="edit-value")
         yield KeyHelp([("Enter", "key.set"), ("Esc", "key.cancel")])
 
     def on_mount(self) -> None:
