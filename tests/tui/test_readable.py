@@ -1,8 +1,8 @@
-"""What a new user reads at 80x24 is whole, or readable with the whole a key away: the run id on the board (typed
-back for --resume), paths in the config stage's parameter table, the runs named in the compare view's legend, a
-row count as the user writes it."""
+"""What a new user reads at 80x24 is whole, or readable with the whole a key away, and says what is true: the run
+id on the board (typed back for --resume), paths in the config stage's parameter table, the runs named in the
+compare view's legend, a row count as the user writes it, an export's bar short of full until it has ended."""
 
-from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, on_screen, wait_until, walk_to
+from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to
 
 
 def board_lines(app) -> list[str]:
@@ -104,3 +104,44 @@ async def test_a_held_out_row_count_reads_as_a_whole_number(workspace, monkeypat
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_screen(app, "EditValue"), what="the edit dialog")
         assert app.screen.query_one("#edit-value", Input).value == "6"
+
+
+async def test_the_export_bar_is_not_full_while_its_last_step_runs(workspace, monkeypatch):
+    """The export announces each step as it begins (progress 2/2 while writing): the bar shows the steps done."""
+    import sys
+
+    from textual.widgets import ProgressBar
+
+    from assistant.wizard.stages import export
+    from assistant.wizard.state import new_state, save_state
+    from engine.config import dump_yaml
+    from engine.rundir import RunDir
+
+    model = str(workspace / "models" / "lf-tiny-qwen3")
+    state = new_state(now=FIXED_TIME).replace(
+        workflow="sft", scope="full", execution="run_here", method="lora", model=model, model_path=model,
+        stage="export", launched=True, done=["flow", "data", "model", "gpu", "config", "train", "loss", "validate"],
+        output_dir=str(workspace / "saves" / "demo"))
+    save_state(state, workspace / "lf_runs")
+    run = RunDir(workspace / "lf_runs" / state.run_id)
+    dump_yaml({"model_name_or_path": model, "template": "qwen", "finetuning_type": "lora",
+               "output_dir": state.output_dir}, run.path / "sft.yaml")
+    run.update_status(state="completed", stage="sft", output_dir=state.output_dir)
+    go_on, target = workspace / "go-on", workspace / "models" / "exported"
+    script = (f"import pathlib, time\nprint('progress 2/2 writing the weights', flush=True)\n"
+              f"while not pathlib.Path({str(go_on)!r}).exists(): time.sleep(0.05)\n"
+              f"print('exported to {target}', flush=True)\n")
+    monkeypatch.setattr(export, "export_command", lambda _folder: [sys.executable, "-c", script])
+    app = make_app(workspace, resume=state.run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "ExportScreen"), what="the export stage")
+        app.screen._run()  # what confirming export.yaml starts
+        bar = app.screen.query_one("#progress", ProgressBar)
+        try:
+            await wait_until(pilot, lambda: bar.total == 2, what="the last step begun")
+            shown = bar.percentage, messages(app)
+        finally:
+            go_on.touch()  # the export ends whatever was seen, so the app can close
+        assert shown[0] < 1 and "Exporting…" in shown[1], shown
+        await wait_until(pilot, lambda: app.state.exported, what="the export's end")
+        assert not bar.display and "Exported to models/exported" in str(app.screen.query_one("#export-result").render())

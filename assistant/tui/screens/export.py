@@ -110,7 +110,10 @@ class ExportScreen(StageScreen):
         def on_line(line: str) -> None:
             parsed = export.parse_line(line)
             if parsed and parsed[0] == "progress":
-                self.post_message(ProcessProgressed(*parsed[1], line=line))
+                # Step i is announced as it begins: the bar counts the steps finished, so it is not full while the
+                # last one (writing the tokenizer, or the GGUF file) still runs.
+                begun, total = parsed[1]
+                self.post_message(ProcessProgressed(begun - 1, total, line=line))
             elif parsed:
                 result["dir"] = parsed[1]
 

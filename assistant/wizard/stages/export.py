@@ -152,7 +152,7 @@ def failure_lines(lines: list[str]) -> list[str]:
 
 
 def parse_line(line: str) -> tuple[str, object] | None:
-    """('progress', (i, n)) or ('exported', path) from a line the export process printed."""
+    """('progress', (i, n)) as step i of n begins, or ('exported', path), from a line the export process printed."""
     done = EXPORTED.search(line.strip())
     if done:
         return "exported", done.group(1).strip()
