@@ -1,6 +1,12 @@
-"""What a new user reads at 80x24 is whole, or readable with the whole a key away, and says what is true: the run
-id on the board (typed back for --resume), paths in the config stage's parameter table, the runs named in the
-compare view's legend, a row count as the user writes it, an export's bar short of full until it has ended."""
+"""What a new user reads at 80x24 is whole, or readable with the whole a key away, and says what is true:
+
+- the run id on the board (typed back for --resume), whole over lines;
+- paths in the config stage's parameter table, on one line with their file name; the edit dialog holds them whole;
+- the runs named in the compare view's legend;
+- a row count (val_size) as the user writes it;
+- an export's bar, short of full until the export has ended;
+- the training log: a tqdm bar as its words, no fragment of it folded onto a line of its own.
+"""
 
 from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to
 
@@ -145,3 +151,33 @@ async def test_the_export_bar_is_not_full_while_its_last_step_runs(workspace, mo
         assert shown[0] < 1 and "Exporting…" in shown[1], shown
         await wait_until(pilot, lambda: app.state.exported, what="the export's end")
         assert not bar.display and "Exported to models/exported" in str(app.screen.query_one("#export-result").render())
+
+
+async def test_the_training_log_shows_a_progress_bar_as_words_without_a_fragment(workspace):
+    """train.log as the training process writes it: a tqdm bar redrawn with carriage returns among the log lines."""
+    from textual.widgets import Log
+
+    from assistant.wizard.state import new_state, save_state
+    from engine.rundir import RunDir
+
+    state = new_state(now=FIXED_TIME).replace(workflow="sft", scope="full", execution="run_here", method="lora",
+                                              stage="train", launched=True, done=["flow", "data", "model", "gpu",
+                                                                                  "config"])
+    save_state(state, workspace / "lf_runs")
+    run = RunDir(workspace / "lf_runs" / state.run_id)
+    run.update_status(state="failed", stage="sft", step=5, total_steps=6, exit_reason="killed")
+    bar = "Loading weights: {:>3}%|{}| {}/24 [00:00<00:00, 28055.55it/s]"
+    run.log_path.write_text(
+        "[2026-01-02 03:04:06] data: 290 rows -> 290 train / 0 eval samples\n"
+        + "".join("\r" + bar.format(done * 100 // 24, "█" * (done * 10 // 24) + " " * (10 - done * 10 // 24), done)
+                  for done in (0, 12, 24)) + "\n"
+        "[2026-01-02 03:04:08] trainable parameters: 32,768 of 852,736 (3.84%)\n"
+        "[2026-01-02 03:04:15] step 5/6 loss 8.2859 lr 0.000191 grad_norm 0.777 tok/s 526\n", encoding="utf-8")
+    app = make_app(workspace, resume=state.run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.log_lines, what="the log")
+        await pilot.pause(0.2)
+        log = app.screen.query_one("#log", Log)
+        lines = [str(line) for line in log.lines]
+        assert "Loading weights: 100% (24/24)" in lines, lines
+        assert not any("it/s" in line or "█" in line or line.strip().startswith("[00:") for line in lines), lines

@@ -17,10 +17,11 @@ def test_run_id_is_shown_whole_in_lines_of_the_board_width_keeping_its_time_stam
 
 def test_log_lines_fold_to_the_width_and_progress_bars_keep_their_last_state():
     line = "[2026-01-02 03:04:05] step 8/10 loss 0.6436 lr 0.000351 grad_norm 0.267 tok/s 520"
-    folded = wrap_lines([line, "Loading:   0%|   | 0/24\rLoading: 100%|###| 24/24", ""], 40)
+    folded = wrap_lines([line, "Loading:   0%|   | 0/24 [00:00<?, ?it/s]\rLoading: 100%|###| 24/24 [00:00<00:00, "
+                               "28055.55it/s]", " 50%|#####     | 1/2", ""], 40)
     assert all(len(part) <= 40 for part in folded)
-    assert "".join(part.strip() + " " for part in folded[:-2]).split() == line.split()
-    assert folded[-2:] == ["Loading: 100%|###| 24/24", ""]
+    assert "".join(part.strip() + " " for part in folded[:-3]).split() == line.split()
+    assert folded[-3:] == ["Loading: 100% (24/24)", "50% (1/2)", ""]  # a bar's words, no fragment of it
     assert metric_label("rewards/margins") == "margins"
 
 

@@ -5,6 +5,7 @@ says so. At 80x24 the chart and the log share the space: `l` gives it to the log
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -33,6 +34,21 @@ from engine.runstatus import RunStatus
 LOG_TAIL = 60
 
 
+# A tqdm bar as the training process prints it (loading weights, mapping data): `desc: 100%|█████| 24/24 [00:00<00:00,
+# 2805.55it/s]`, the description and the bracket optional.
+TQDM_BAR = re.compile(r"^(?P<desc>.*?):?\s*(?P<share>\d{1,3})%\|[^|]*\|\s*(?P<count>[^\s\[]+)\s*(?:\[[^\]]*\])?\s*$")
+
+
+def progress_words(line: str) -> str:
+    """A tqdm bar's line as its words (`Loading weights: 100% (24/24)`); any other line as it is. The bar, its
+    times and its rate take ~70 columns: folded to the log's width, the rate was left on a line of its own."""
+    bar = TQDM_BAR.match(line)
+    if bar is None:
+        return line
+    words = f"{bar['share']}% ({bar['count']})"
+    return f"{bar['desc'].rstrip()}: {words}" if bar["desc"].strip() else words
+
+
 def wrap_lines(lines: list[str], width: int) -> list[str]:
     """Log lines folded to the log's width (continuations indented): at 80 columns a step line is ~90 long,
     and a sideways scrollbar would take one of the three lines the log has under the chart."""
@@ -40,7 +56,7 @@ def wrap_lines(lines: list[str], width: int) -> list[str]:
 
     wrapped: list[str] = []
     for line in lines:
-        line = line.rsplit("\r", 1)[-1]  # a progress bar redrawn in place: its last state
+        line = progress_words(line.rsplit("\r", 1)[-1])  # a progress bar redrawn in place: its last state
         wrapped += textwrap.wrap(line, width, subsequent_indent="  ", drop_whitespace=False) or [""]
     return wrapped
 
