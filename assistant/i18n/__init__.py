@@ -11,6 +11,7 @@ values (engine.messages).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from assistant.i18n.en import STRINGS as EN
@@ -23,6 +24,16 @@ parameter's help, engine.config.lf_defaults, a sentence of engine.messages), thr
 there is one English text to keep."""
 LANGUAGES: tuple[str, ...] = tuple(CATALOGS)
 _current = "en"
+# In Chinese a number and its unit are written together (6行, 第3步, 0.7GiB): the screen breaks lines only at spaces,
+# and a CJK run has none, so a space between them was where "6" ended one line and "行…" began the next. A Latin unit
+# is joined only where Chinese text follows it: an English sentence of the engine's inside stays as it wrote it.
+_NUMBER_AND_UNIT = re.compile(r"(?<=\d) (?=(?:行|个|步|秒|条|轮|次|对|倍|项|层|张|位|分钟|小时|线程)|"
+                              r"(?:[KMGT]i?B|token/s)(?:[^\x00-\x7f]|$))|(?<=第) (?=\d)")
+
+
+def _set_type(text: str) -> str:
+    """`text` as the current language writes it: in Chinese, numbers kept with their units."""
+    return _NUMBER_AND_UNIT.sub("", text) if _current == "zh" else text
 
 
 def normalize(lang: str | None) -> str | None:
@@ -92,7 +103,7 @@ def t_message(message: object, fallback: str = "", /) -> str:
     fields = message.get("fields") if isinstance(message.get("fields"), dict) else {}
     values = {name: _field_words(value) for name, value in fields.items()}
     try:
-        return text.format(**values)
+        return _set_type(text.format(**values))
     except (KeyError, IndexError, ValueError, AttributeError):
         return english
 
@@ -114,8 +125,8 @@ def t(key: str, /, **values: object) -> str:
     """The string for `key` in the current language, formatted with `values`."""
     text = CATALOGS[_current].get(key) or EN.get(key) or key
     if not values:
-        return text
+        return _set_type(text)
     try:
-        return text.format(**values)
+        return _set_type(text.format(**values))
     except (KeyError, IndexError, ValueError):
-        return text
+        return _set_type(text)

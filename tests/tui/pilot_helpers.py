@@ -54,6 +54,14 @@ def messages(app) -> str:
     return str(app.screen.query_one("#messages", Static).render())
 
 
+def shown_lines(widget) -> list[str]:
+    """A widget's lines as the screen shows them (wrapped to its width), its whole content when it scrolls."""
+    from textual.geometry import Region
+
+    size = widget.virtual_size if widget.virtual_size.height > widget.size.height else widget.size
+    return [strip.text.rstrip() for strip in widget.render_lines(Region(0, 0, size.width, size.height))]
+
+
 def choose_datasets(app, *names: str) -> None:
     """On the data stage: exactly `names` selected (the recommended datasets are preselected)."""
     widget = app.screen.query_one("#datasets")

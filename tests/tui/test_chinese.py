@@ -1,11 +1,11 @@
 """The zh interface at 80x24 shows no English sentence where the engine supplies the words: the config stage's
 LLaMA-Factory defaults under the diff, the pre-flight's proposal and the parameter help of the edit dialog, and
-the model stage's reason a model cannot be used."""
+the model stage's reason a model cannot be used. Where its lines break, a number stays with its unit."""
 
 import re
 
 import pytest
-from pilot_helpers import SIZE, make_app, messages, on_screen, wait_until
+from pilot_helpers import SIZE, make_app, messages, on_screen, shown_lines, wait_until
 
 # Three plain English words in a row (key names such as learning_rate and values such as cosine stand alone).
 ENGLISH = re.compile(r"(?<![\w<./-])[A-Za-z']{2,}(?: [A-Za-z']{2,}){2,}(?![\w>/-])")
@@ -99,3 +99,22 @@ async def test_model_stage_says_in_chinese_why_a_model_cannot_be_used(workspace)
         await wait_until(pilot, lambda: "无法判断" in messages(app), what="the refusal")
         said = re.sub(r"`[^`]*`", "", messages(app))  # commands stay commands
         assert "'acme/mystery-7b'" in said and not ENGLISH.findall(said), ENGLISH.findall(said)
+
+
+# A line that ends in a number, and one that starts with a unit (the CJK ones the catalog writes after a number).
+ENDS_IN_NUMBER = re.compile(r"\d$")
+STARTS_WITH_UNIT = re.compile(r"\s*(?:行|个|步|秒|条|轮|次|对|倍|分钟|token|[KMG]i?B)")
+
+
+async def test_a_number_stays_with_its_unit_where_a_line_breaks(workspace):
+    app = make_app(workspace, lang="zh")
+    async with app.run_test(size=SIZE) as pilot:
+        await to_config(pilot, app)
+        await wait_until(pilot, lambda: "token/s" in text_of(app, "#preflight"), what="the pre-flight")
+        await pilot.press("d")
+        await pilot.pause(0.2)
+        assert re.search(r"6 ?行不参与训练", text_of(app, "#diff"))  # the held-out rows' reason: a number, then 行
+        for selector in ("#diff", "#preflight", "#advice"):
+            lines = shown_lines(app.screen.query_one(selector))
+            for above, below in zip(lines, lines[1:]):
+                assert not (ENDS_IN_NUMBER.search(above) and STARTS_WITH_UNIT.match(below)), (selector, above, below)

@@ -330,7 +330,7 @@ def test_the_fetch_steps_read_in_chinese_in_zh_and_as_before_in_english(zh):
 
     said = _phases()
     assert said[:3] == ["获取：正在校验 lfa_m-1.0-py3-none-any.whl…", "获取：正在解压 m.Q8_0.gguf…",
-                        "获取：正在导入（2/5）：反量化权重：第 3/24 个张量…"]
+                        "获取：正在导入（2/5）：反量化权重：第3/24个张量…"]
     for text in said:
         assert not english_left(text) and cell_len(text) <= 80, text
     i18n.set_language("en")
@@ -347,7 +347,7 @@ def test_the_gguf_import_steps_read_in_chinese(zh):
         said = i18n.t_message(Message(code, text, {"dtype": "float32"}))
         assert said != text and not english_left(said), said
     said = i18n.t_message(Message("gguf.dequantizing_size", "", {"tensors": 24, "megabytes": "3"}))
-    assert said == "反量化权重：24 个张量（3 MB）"
+    assert said == "反量化权重：24个张量（3MB）"
 
 
 def _export_said(folder):
@@ -410,7 +410,7 @@ def test_conversion_notes_read_in_chinese_in_zh_and_as_the_engine_writes_them_in
     from engine.data.check import convert_file
 
     said = _converted_notes(workspace, "messy_zh")
-    assert "跳过第 3 行（不是有效的 JSON）" in said and len(said) >= 5
+    assert "跳过第3行（不是有效的 JSON）" in said and len(said) >= 5
     for note in said:
         assert not english_left(note), english_left(note)
     i18n.set_language("en")
