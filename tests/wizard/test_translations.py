@@ -468,7 +468,7 @@ def test_a_local_copy_not_usable_yet_says_its_problems_in_chinese(zh, tmp_path):
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
     (folder / "model.safetensors.incomplete").write_bytes(b"0" * 10)
     (said,) = _local_copy_note(folder)
-    assert "没有分词器文件" in said and "没有权重文件" in said and "1 个未下载完的文件" in said, said
+    assert "没有分词器文件" in said and "没有权重文件" in said and "1个未下载完的文件" in said, said
     assert not english_left(said), english_left(said)
     i18n.set_language("en")
     (english,) = _local_copy_note(folder)
@@ -596,7 +596,7 @@ def test_a_failed_export_check_says_what_failed_in_chinese_and_in_english(zh, tm
     (said,), printed = _failed_export(tmp_path, monkeypatch, capsys)
     assert said.startswith("写出的导出文件没有通过检查，已被删除：未通过「合并后的 logits 与 base + adapter 一致」：saves/lora：")
     assert "编码不同：'Hi there'" in said and "特殊 token 的 id 不同：eos_token_id 为 7（应为 2）" in said
-    assert "未通过「权重分片不超过 export_size」：1 个分片" in said and "过大：model.safetensors" in said
+    assert "未通过「权重分片不超过 export_size」：1个分片" in said and "过大：model.safetensors" in said
     assert not english_left(said), english_left(said)
     i18n.set_language("en")
     (said,), printed = _failed_export(tmp_path, monkeypatch, capsys)
@@ -696,9 +696,9 @@ def _data_problems(folder):
 
 def test_the_data_checks_problems_read_in_chinese_in_zh_and_as_the_engine_says_them_in_english(zh, tmp_path):
     said, _engine = _data_problems(tmp_path)
-    assert said[0] == "第 6 行不是有效的 JSON：Expecting value at column 1"  # the JSON parser's words stay
-    assert "第 2 条消息的角色是 'robot'；应为 human, gpt, observation, function_call 之一" in said[3]
-    assert said[5] == "警告： 第 4 行 (文件第 4 行): 与第 3 行重复。"
+    assert said[0] == "第6行不是有效的 JSON：Expecting value at column 1"  # the JSON parser's words stay
+    assert "第2条消息的角色是 'robot'；应为 human, gpt, observation, function_call 之一" in said[3]
+    assert said[5] == "警告： 第4行 (文件第4行): 与第3行重复。"
     for line in said[1:]:
         assert re.search("[\u4e00-\u9fff]", line) and not english_left(line), (line, english_left(line))
     i18n.set_language("en")
