@@ -52,7 +52,7 @@ def build(args, root: Path):
                          batching_strategy=args.strategy, seed=SETTINGS["seed"])
     tokenizer = load_tokenizer(model_dir)
     samples = encode_supervised(load_examples(name, root / "data"), tokenizer, get_template("qwen", tokenizer), cutoff)
-    base = load_model(model_dir, dtype="float32", device="cpu")
+    base = load_model(model_dir, dtype="bfloat16" if args.bf16 else "float32", device="cpu")
     plan = None
     if args.kernels != "none":
         from engine.kernels.patch import apply_kernels
@@ -60,6 +60,10 @@ def build(args, root: Path):
         plan = apply_kernels(base, args.kernels, device="cpu")
         print(f"kernels: {', '.join(plan.applied) or 'none'}")
     model = get_method(args.method).prepare(base, config)
+    if args.bf16:  # as the session does under autocast: what trains in fp32, the frozen base in bf16
+        from engine.training.session import keep_trainable_in_float32
+
+        keep_trainable_in_float32(model)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=SETTINGS["lr"], foreach=True)
@@ -69,8 +73,11 @@ def build(args, root: Path):
     return model, optimizer, batcher, params, flops / tokens, plan
 
 
-def timed_step(model, optimizer, batcher, params, group, clock, plan=None) -> int:
-    """One optimizer step, phase by phase; returns the real input tokens it trained on."""
+def timed_step(model, optimizer, batcher, params, group, clock, plan=None, bf16: bool = False) -> int:
+    """One optimizer step, phase by phase (the forward under bf16 autocast with ``bf16``); returns the real input
+    tokens it trained on."""
+    import contextlib
+
     import torch
 
     from engine.training.loss import causal_lm_loss_sum, trained_tokens
@@ -79,7 +86,7 @@ def timed_step(model, optimizer, batcher, params, group, clock, plan=None) -> in
         micro_batches = [batcher.collate(ids) for ids in group]
         denominator = max(sum(trained_tokens(b) for b in micro_batches), 1)
     for batch in micro_batches:
-        with clock("forward"):
+        with clock("forward"), (torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()):
             loss_sum, _ = causal_lm_loss_sum(model, batch, fused_linear_ce=plan if plan and plan.fused_linear_ce
                                              else False)
             loss = loss_sum / denominator
@@ -170,6 +177,9 @@ def main() -> None:
                         help="alternate steps with the oneDNN products (frozen weights reordered once, the "
                              "adapters' skinny products; engine/kernels/ops/frozen_gemm.py) and with the plain "
                              "matmul, and print the ratio of the two")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast with the base loaded in bf16, as bf16: true trains on a CPU with bf16 "
+                             "units; the peak is then a bf16 matmul")
     parser.add_argument("--shapes", action="store_true",
                         help="with --ops: one row per operator AND input shapes (which matmul is slow)")
     args = parser.parse_args()
@@ -178,13 +188,13 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    peak = matmul_peak(args.threads or torch.get_num_threads())
+    peak = matmul_peak(args.threads or torch.get_num_threads(), dtype="bfloat16" if args.bf16 else "float32")
     with tempfile.TemporaryDirectory(prefix="lfa-profile-") as root:
         model, optimizer, batcher, params, flops_per_token, plan = build(args, Path(root))
     groups = [g for epoch in range(3) for g in batcher.groups(epoch)][:args.warmup + args.steps]
     clock = PhaseClock()
     for group in groups[:args.warmup]:
-        timed_step(model, optimizer, batcher, params, group, clock, plan)
+        timed_step(model, optimizer, batcher, params, group, clock, plan, args.bf16)
     clock.enabled = True
     if args.compare_gemm:
         compare_gemm(model, optimizer, batcher, params, groups[args.warmup:], plan)
@@ -195,7 +205,7 @@ def main() -> None:
     if profiler:
         profiler.__enter__()
     for group in groups[args.warmup:]:
-        tokens += timed_step(model, optimizer, batcher, params, group, clock, plan)
+        tokens += timed_step(model, optimizer, batcher, params, group, clock, plan, args.bf16)
     if profiler:
         profiler.__exit__(None, None, None)
     report(clock, len(groups) - args.warmup, tokens, args, flops_per_token, peak)
