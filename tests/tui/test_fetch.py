@@ -14,15 +14,24 @@ async def _to_model_screen(pilot, app):
     await wait_until(pilot, lambda: on_screen(app, "ModelScreen"))
 
 
+async def _type_model(pilot, app, name: str) -> None:
+    field = app.screen.query_one("#model-input")
+    field.value = name
+    field.focus()
+    await pilot.press("enter")
+
+
+async def _offer_download(pilot, app, repo_id: str) -> None:
+    """The model stage with a hub id typed in: it offers the download."""
+    await _type_model(pilot, app, repo_id)
+    await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+
+
 async def test_offline_download_fails_clearly_and_the_user_can_pick_another_model(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
         await _to_model_screen(pilot, app)
-        field = app.screen.query_one("#model-input")
-        field.value = "Qwen/Qwen3-0.6B"
-        field.focus()
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+        await _offer_download(pilot, app, "Qwen/Qwen3-0.6B")
         assert "will be downloaded into models/Qwen3-0.6B" in str(app.screen.query_one("#resolution").render())
         await pilot.press("ctrl+n")  # the recommended action: the download starts and the wizard goes on
         await wait_until(pilot, lambda: app.state.download.get("state") == "failed", what="offline failure")
@@ -32,10 +41,7 @@ async def test_offline_download_fails_clearly_and_the_user_can_pick_another_mode
             await pilot.press("escape")
             await wait_until(pilot, lambda: on_screen(app, "ModelScreen"), what="back to the model")
         assert not app.state.model_path  # a failed download gives no model
-        field = app.screen.query_one("#model-input")
-        field.value = "lf-tiny-qwen3"
-        field.focus()
-        await pilot.press("enter")
+        await _type_model(pilot, app, "lf-tiny-qwen3")
         await wait_until(pilot, lambda: app.state.model_path, what="the demo model instead")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "GpuScreen"))
@@ -47,11 +53,7 @@ async def test_a_download_refused_offline_says_why_in_chinese(workspace):
     app = make_app(workspace, lang="zh")
     async with app.run_test(size=SIZE) as pilot:
         await _to_model_screen(pilot, app)
-        field = app.screen.query_one("#model-input")
-        field.value = "Qwen/Qwen3-0.6B"
-        field.focus()
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+        await _offer_download(pilot, app, "Qwen/Qwen3-0.6B")
         app.screen.query_one("#fetch").press()
         await wait_until(pilot, lambda: app.state.download.get("state") == "failed", what="offline failure")
         shown = str(app.screen.query_one("#fetch-status", Static).render())
@@ -92,11 +94,7 @@ async def test_the_board_shows_the_step_of_a_gguf_import_after_its_colon(workspa
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
         await _to_model_screen(pilot, app)
-        field = app.screen.query_one("#model-input")
-        field.value = "Qwen/Qwen3-0.6B"
-        field.focus()
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen.query_one("#fetch-box").display, what="download offered")
+        await _offer_download(pilot, app, "Qwen/Qwen3-0.6B")
         await pilot.press("ctrl+n")
         board = app.screen.query_one("#board")
         await wait_until(pilot, lambda: "importing" in str(board.render()), what="the import step on the board")
