@@ -12,7 +12,6 @@ between the two runs' logged losses, and the matmul peak of each dtype measured 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -20,18 +19,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_models import resolve_bench_model  # noqa: E402
 from flops import matmul_peak  # noqa: E402
-from recipe_runs import identity_data, train  # noqa: E402
+from recipe_runs import identity_data, recipe_arguments, train  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--micro", type=int, default=8)
-    parser.add_argument("--accum", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = recipe_arguments(__doc__, micro=8, accum=1)
     from engine.devices import cpu_bf16_units
 
     units = cpu_bf16_units()

@@ -3,6 +3,7 @@ one engine setting against another share (accumulation_fold.py, cpu_bf16.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -49,3 +50,16 @@ def train(model: Path, data: Path, workdir: Path, name: str, *, micro: int, accu
     tokens = last["num_input_tokens_seen"] - first["num_input_tokens_seen"]
     return {"tps": tokens / max(last["elapsed_s"] - first["elapsed_s"], 1e-9),
             "losses": [round(row["loss"], 4) for row in logged]}
+
+
+def recipe_arguments(description: str, *, micro: int, accum: int) -> argparse.Namespace:
+    """The command line both comparisons take: the model, the recipe's micro-batch and accumulation, steps,
+    interleaved rounds and threads."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--micro", type=int, default=micro)
+    parser.add_argument("--accum", type=int, default=accum)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    return parser.parse_args()
