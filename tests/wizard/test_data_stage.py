@@ -22,12 +22,17 @@ def test_listing_marks_what_can_be_trained(workspace):
     assert not data.choose(new_state(), workspace / "data", [], list(rows.values()), {}).ok
 
 
-def test_multimodal_datasets_are_listed_as_not_usable(workspace):
+def _listed_with(workspace, name: str, entry: dict) -> dict:
+    """The data stage's rows, by name, once dataset_info.json also registers ``entry`` as ``name``."""
     folder = workspace / "data"
     info = json.loads((folder / "dataset_info.json").read_text())
-    info["pictures"] = {"file_name": "identity.json", "columns": {"images": "images"}}
+    info[name] = entry
     (folder / "dataset_info.json").write_text(json.dumps(info))
-    rows = {row.name: row for row in data.list_datasets(folder)}
+    return {row.name: row for row in data.list_datasets(folder)}
+
+
+def test_multimodal_datasets_are_listed_as_not_usable(workspace):
+    rows = _listed_with(workspace, "pictures", {"file_name": "identity.json", "columns": {"images": "images"}})
     assert not rows["pictures"].available and "multimodal" in rows["pictures"].note
     assert rows["identity"].available
 
@@ -243,10 +248,6 @@ def test_preview_reads_each_kind_as_training_does(workspace):
 
 def test_an_entry_naming_too_few_columns_is_listed_with_why(workspace):
     """{"columns": {"system": "system"}}, as entries were once written: listed as not usable, the others still."""
-    folder = workspace / "data"
-    info = json.loads((folder / "dataset_info.json").read_text())
-    info["old"] = {"file_name": "identity.json", "columns": {"system": "system"}}
-    (folder / "dataset_info.json").write_text(json.dumps(info))
-    rows = {row.name: row for row in data.list_datasets(folder)}
+    rows = _listed_with(workspace, "old", {"file_name": "identity.json", "columns": {"system": "system"}})
     assert not rows["old"].available and 'names no "prompt"' in rows["old"].note
     assert rows["identity"].available
