@@ -5,7 +5,8 @@
 - the runs named in the compare view's legend;
 - a row count (val_size) as the user writes it;
 - an export's bar, short of full until the export has ended;
-- the training log: a tqdm bar as its words, no fragment of it folded onto a line of its own.
+- the training log: a tqdm bar as its words, no fragment of it folded onto a line of its own;
+- on a CPU with bf16 units, the device stage names them and what bf16: true does there.
 """
 
 from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to
@@ -181,3 +182,19 @@ async def test_the_training_log_shows_a_progress_bar_as_words_without_a_fragment
         lines = [str(line) for line in log.lines]
         assert "Loading weights: 100% (24/24)" in lines, lines
         assert not any("it/s" in line or "█" in line or line.strip().startswith("[00:") for line in lines), lines
+
+
+async def test_the_device_stage_names_a_cpus_bf16_units_and_records_them(workspace):
+    from engine.devices import DeviceReport
+
+    app = make_app(workspace, detect_devices=lambda: DeviceReport("cpu", [], "none", [], "AMX-BF16"))
+    async with app.run_test(size=SIZE) as pilot:
+        await walk_to(pilot, app, "GpuScreen")
+        await wait_until(pilot, lambda: app.device_report is not None, what="devices")
+        advice = app.screen.query_one("#gpu-advice")
+        await pilot.pause(0.2)
+        said = " ".join(str(advice.render()).split())
+        assert "AMX-BF16 units: a config with bf16: true trains in bf16 here" in said, said
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: not on_screen(app, "GpuScreen"), what="leaving the device stage")
+        assert app.state.device["platform"] == "cpu" and app.state.device["bf16_units"] == "AMX-BF16"
