@@ -34,7 +34,10 @@ RUN = _fields(
     ("method", "string|null", "lora, qlora, full or freeze."),
     ("stage", "string", "sft or dpo."),
     ("state", "string", "pending, running, completed, failed, stopped; unknown for a wizard session that has not "
-                        "written a config yet."),
+                        "trained yet (wizard_stage says where it was left)."),
+    ("wizard_stage", "string|null", "For a wizard session that has not trained yet: the stage it was left at (data, "
+                                    "model, gpu, config, ...), where `lf-assistant --resume RUN_ID` reopens it; "
+                                    "null otherwise."),
     ("step", "integer", "Optimizer steps done."),
     ("total_steps", "integer|null", "Steps planned (null before training has started)."),
     ("final_loss", "number|null", "The last logged training loss."),

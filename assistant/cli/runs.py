@@ -11,6 +11,7 @@ import typer
 
 from assistant.cli.common import fail_on_engine_error, plain, safe
 from assistant.formatting import fmt_duration
+from assistant.i18n import t, t_or
 
 FINISHED_STATES = ("completed", "failed", "stopped")
 
@@ -65,8 +66,10 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
     from assistant.cli.tables import Column, print_table
 
     rows = engine.runs.list(runs_dir)
+    left = _sessions_left(runs_dir)
     if json_out:
-        emit({"runs": [run_document(row, runs_dir) for row in rows]})
+        emit({"runs": [run_document({**row, "state": "unknown", "wizard_stage": left[row["run_id"]]}
+                                    if row["run_id"] in left else row, runs_dir) for row in rows]})
         return
     console = Console(highlight=False)
     if not rows:
@@ -80,10 +83,18 @@ def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="
     for row in rows:
         steps = f"{row['step']}/{row['total_steps']}" if row.get("total_steps") else str(row.get("step") or 0)
         loss = _number(row.get("final_loss"))
+        state = _state_text(row["state"]) if row["run_id"] not in left else safe(t(
+            "review.wizard_stage", stage=t_or(f"stage.{left[row['run_id']]}.title", left[row["run_id"]])))
         table_rows.append([safe(row["run_id"]), safe(Path(str(row.get("model") or "-")).name),
-                           safe(row.get("method") or "-"),
-                           _state_text(row["state"]), steps, loss, _fmt_time(row.get("started_at"))])
+                           safe(row.get("method") or "-"), state, steps, loss, _fmt_time(row.get("started_at"))])
     print_table(console, columns, table_rows)
+
+
+def _sessions_left(runs_dir) -> dict[str, str]:
+    """Run id -> the stage a wizard session that has not trained yet was left at (as the runs review says it)."""
+    from assistant.wizard.review import list_runs as review_rows
+
+    return {row.run_id: row.stage for row in review_rows(runs_dir) if row.stage is not None}
 
 
 def _state_text(state: str) -> str:

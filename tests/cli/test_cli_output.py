@@ -80,6 +80,23 @@ def test_runs_and_status_json_follow_the_documented_fields(runs):
     assert_fits(result.output, [LONG_ID, "completed", "0.8123"])
 
 
+def test_runs_names_a_wizard_session_left_before_training_by_its_stage(runs):
+    """As the runs review does: the session reads as the stage it was left at, not as a pending run."""
+    from datetime import datetime
+
+    from assistant.wizard.state import new_state, save_state
+
+    left = new_state(now=datetime(2026, 1, 1, 12)).replace(stage="data", done=["flow"], workflow="sft", scope="train")
+    save_state(left, runs)
+    result = invoke("runs", "--runs-dir", runs, columns=120)
+    line = next(line for line in result.output.splitlines() if left.run_id in line)
+    assert "not trained: Data" in line and "pending" not in line, result.output
+    data = json.loads(invoke("runs", "--runs-dir", runs, "--json").output)
+    session = next(run for run in data["runs"] if run["run_id"] == left.run_id)
+    assert (session["state"], session["wizard_stage"]) == ("unknown", "data")
+    assert all(run["wizard_stage"] is None for run in data["runs"] if run["run_id"] != left.run_id)
+
+
 def test_models_list_fits_80_columns_and_its_json_is_valid():
     from engine.models.registry import MODELS
 
