@@ -220,8 +220,9 @@ def _note(logger: RunLogger, note: str | None) -> None:
 def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: str, **fields) -> RunStatus:
     if not logger.enabled:
         return RunStatus(state=state, step=step, exit_reason=reason)
+    elapsed = logger.elapsed()  # elapsed_s too: a resume goes on from it, and a stop comes between two logs
     return run.update_status(state=state, step=step, finished_at=time.time(), exit_reason=reason,
-                             runtime_s=logger.elapsed(), attempt_elapsed_s=logger.attempt_elapsed(),
+                             runtime_s=elapsed, elapsed_s=elapsed, attempt_elapsed_s=logger.attempt_elapsed(),
                              num_input_tokens_seen=logger.input_tokens_seen,
                              num_trained_tokens=logger.trained_tokens_seen, **fields)
 

@@ -191,6 +191,34 @@ def test_rows_cut_at_cutoff_len_are_named_before_training(demo_model_dir, tmp_pa
     assert "longer than cutoff_len" not in " ".join(short.status().notes)
 
 
+def test_a_run_stopped_between_two_logs_and_resumed_counts_all_its_training_time(demo_model_dir, tmp_path):
+    """Stopped after step 5 with a log every 4 steps: the time after the step-4 log is counted on resuming."""
+    from engine.rundir import iter_runs
+    from engine.training.loop import StopFlag
+
+    class StopAfterFive(StopFlag):
+        checks = 0
+
+        @property
+        def requested(self) -> bool:  # read once per step, after the step
+            self.checks += 1
+            return self.checks >= 5
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            pass
+
+    config = tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=100, logging_steps=4)
+    engine.train(config, runs_dir=tmp_path / "runs", stop=StopAfterFive())
+    run = next(iter_runs(tmp_path / "runs"))
+    stopped = run.read_status()
+    assert stopped.state == "stopped" and stopped.step == 5 and stopped.elapsed_s == stopped.runtime_s
+    engine.resume(run.run_id, runs_dir=tmp_path / "runs", detach=False)
+    status = run.read_status()
+    assert status.state == "completed" and status.step == 8
+    assert status.runtime_s == pytest.approx(stopped.runtime_s + status.attempt_elapsed_s, abs=1e-3)
+
+
 def test_a_crashed_run_resumed_in_its_folder_records_the_redone_steps_and_counts_every_attempts_time(
         demo_model_dir, tmp_path):
     from engine.runstatus import Resumed
