@@ -103,7 +103,9 @@ def busy_note(measurement: Measurement) -> Message | None:
     """Why the measured step time says more about the machine's other work than about the run, or None when the
     machine was not busy (or nothing tells)."""
     load, share, cpus = measurement.load_per_cpu, measurement.cpu_share, usable_cpus()
-    busy_load = load is not None and load >= BUSY_LOAD_PER_CPU
+    # On a GPU the step waits on the GPU, not on the CPUs' other work: only a CPU measurement reads the load.
+    on_cpu = measurement.device.startswith("cpu")
+    busy_load = on_cpu and load is not None and load >= BUSY_LOAD_PER_CPU
     starved = share is not None and share < BUSY_CPU_SHARE
     if not (busy_load or starved):
         return None

@@ -107,6 +107,7 @@ def test_a_busy_machine_is_named_from_the_load_or_the_cpu_time_the_steps_got():
     starved = busy_note(measured(load_per_cpu=0.2, cpu_share=0.04))  # 51 s/step where 1.28 was measured idle
     assert "the measuring process got 0.04 CPU-seconds a second" in starved.text and "far off" in starved.text
     assert busy_note(measured(load_per_cpu=2.0, cpu_share=0.1)).fields["why"].code == "measure.busy_both"
+    assert busy_note(measured(device="cuda:0", load_per_cpu=2.0)) is None  # the GPU sets the pace there
     noted = with_busy_note(measured(cpu_share=0.1, notes=["earlier"], note_messages=[{"code": "x", "text": "earlier"}]))
     assert noted.notes[0] == "earlier" and noted.notes[1] == starved.text.replace("0.04", "0.10")
     assert [m["code"] for m in noted.note_messages] == ["x", "measure.busy"]
