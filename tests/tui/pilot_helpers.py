@@ -85,6 +85,12 @@ async def walk_to(pilot, app, name: str) -> None:
         await wait_until(pilot, lambda: type(app.screen).__name__ != current, what=f"leaving {current}")
 
 
+async def walk_to_config(pilot, app) -> None:
+    """Walk to the config stage (walk_to's answers) and wait until its config is built."""
+    await walk_to(pilot, app, "ConfigScreen")
+    await wait_until(pilot, lambda: app.screen.built is not None, what="config built")
+
+
 def answer_preflight_at_once(monkeypatch, *, micro_batch: int = 1) -> None:
     """The pre-flight measures at once, with fixed figures (its real measurement is tested in test_one_key.py)."""
     import engine.api

@@ -3,18 +3,13 @@ list (Space toggles, Enter sets, Esc cancels) or typing them; the names that sta
 others. Keys that take one value keep their single choice or text field."""
 
 import pytest
-from pilot_helpers import SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to
+from pilot_helpers import SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to_config
 
 
 @pytest.fixture(autouse=True)
 def fixed_preflight(monkeypatch):
     """The pre-flight's real measurement is tested in test_one_key.py; here it answers at once."""
     answer_preflight_at_once(monkeypatch, micro_batch=1)
-
-
-async def _to_config(pilot, app) -> None:
-    await walk_to(pilot, app, "ConfigScreen")
-    await wait_until(pilot, lambda: app.screen.built is not None, what="config built")
 
 
 async def _open(pilot, app, key: str, dialog: str = "EditNames"):
@@ -71,7 +66,7 @@ async def _set(pilot, app, key: str, value: str) -> None:
 async def test_two_trackers_are_picked_in_the_list_and_set_as_a_comma_list(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_config(pilot, app)
+        await walk_to_config(pilot, app)
         dialog = await _open(pilot, app, "report_to")
         _fits(app, dialog)
         assert _picked(dialog) == ["none"] and _value(dialog) == "none"  # the current value is picked
@@ -91,7 +86,7 @@ async def test_two_trackers_are_picked_in_the_list_and_set_as_a_comma_list(works
 async def test_lora_target_offers_the_models_modules_and_all_stands_alone(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_config(pilot, app)
+        await walk_to_config(pilot, app)
         dialog = await _open(pilot, app, "lora_target")
         _fits(app, dialog)
         options = dialog.query_one("#edit-names")
@@ -115,7 +110,7 @@ async def test_lora_target_offers_the_models_modules_and_all_stands_alone(worksp
 async def test_none_clears_the_trackers_and_names_can_still_be_typed(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_config(pilot, app)
+        await walk_to_config(pilot, app)
         dialog = await _open(pilot, app, "report_to")
         await _toggle(pilot, dialog, "tensorboard")
         await _toggle(pilot, dialog, "none")
@@ -145,7 +140,7 @@ async def test_none_clears_the_trackers_and_names_can_still_be_typed(workspace):
 async def test_keys_of_one_value_keep_their_single_choice_and_text_field(workspace):
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await _to_config(pilot, app)
+        await walk_to_config(pilot, app)
         config = app.screen.built.config
         dialog = await _open(pilot, app, "lr_scheduler_type", "EditValue")
         assert not dialog.query("#edit-names") and dialog.query_one("#edit-choices")

@@ -1,7 +1,7 @@
 """Keys at 80x24 do what the screen shows: one Enter where one is asked for, arrows that scroll what is shown, a
 key help that lists the keys that work."""
 
-from pilot_helpers import SIZE, answer_preflight_at_once, make_app, on_screen, wait_until, walk_to
+from pilot_helpers import SIZE, answer_preflight_at_once, make_app, on_screen, wait_until, walk_to, walk_to_config
 
 
 async def _to_data(pilot, app) -> None:
@@ -57,8 +57,7 @@ async def test_the_parameters_and_the_diff_scroll_with_the_keys_while_continue_h
     answer_preflight_at_once(monkeypatch)
     app = make_app(workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await walk_to(pilot, app, "ConfigScreen")
-        await wait_until(pilot, lambda: app.screen.built, what="config built")
+        await walk_to_config(pilot, app)
         await pilot.press("a")  # every parameter: taller than the area
         await pilot.pause()
         table, diff, go_on = (app.screen.query_one(name) for name in ("#params", "#diff-view", "#continue"))

@@ -9,7 +9,8 @@
 - on a CPU with bf16 units, the device stage names them and what bf16: true does there.
 """
 
-from pilot_helpers import FIXED_TIME, SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until, walk_to
+from pilot_helpers import (FIXED_TIME, SIZE, answer_preflight_at_once, make_app, messages, on_screen, wait_until,
+                           walk_to, walk_to_config)
 
 
 def board_lines(app) -> list[str]:
@@ -41,8 +42,7 @@ async def test_config_paths_take_one_line_keeping_the_file_name_and_edit_shows_t
     answer_preflight_at_once(monkeypatch)
     app = make_app(workspace, now=FIXED_TIME)
     async with app.run_test(size=SIZE) as pilot:
-        await walk_to(pilot, app, "ConfigScreen")
-        await wait_until(pilot, lambda: app.screen.built is not None, what="config built")
+        await walk_to_config(pilot, app)
         await pilot.press("a")  # every key: output_dir's folder name is wider than the value column
         await pilot.pause(0.2)
         table, config = app.screen.query_one("#params"), app.screen.built.config
@@ -97,8 +97,7 @@ async def test_a_held_out_row_count_reads_as_a_whole_number(workspace, monkeypat
     answer_preflight_at_once(monkeypatch)
     app = make_app(workspace, now=FIXED_TIME)
     async with app.run_test(size=SIZE) as pilot:
-        await walk_to(pilot, app, "ConfigScreen")
-        await wait_until(pilot, lambda: app.screen.built is not None, what="config built")
+        await walk_to_config(pilot, app)
         assert app.screen.built.config["val_size"] == 6.0
         diff = str(app.screen.query_one("#diff", Static).render())
         assert "val_size: 0.0 → 6\n" in diff, diff
