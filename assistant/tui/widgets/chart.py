@@ -26,26 +26,23 @@ def legend(names: list[str], right: set[str], note: str = "", width: int | None 
     point is) dimmed; with `width`, an entry that would run past it starts the next line (never cut in two: the
     compare view's entries are run ids)."""
     colours = ("blue", "green", "red", "magenta")
+    entries = []
+    for index, name in enumerate(names):
+        label = f"{name} ({t('chart.right_axis')})" if name in right else name
+        entries.append((f"{MARKERS[index % len(MARKERS)][1]} {label}", colours[index % len(colours)]))
+    if note:
+        entries.append((note, "dim"))
     text = Text()
     used = 0
-    for index, name in enumerate(names):
-        marker = MARKERS[index % len(MARKERS)][1]
-        label = f"{name} ({t('chart.right_axis')})" if name in right else name
-        entry = f"{marker} {label}"
+    for entry, style in entries:
         if width is not None and used and used + 2 + cell_len(entry) > width:
             text.append("\n")
             used = 0
         elif used:
             text.append("  ")
             used += 2
-        text.append(entry, style=colours[index % len(colours)])
+        text.append(entry, style=style)
         used += cell_len(entry)
-    if note:
-        if width is not None and used and used + 2 + cell_len(note) > width:
-            text.append("\n")
-        elif used:
-            text.append("  ")
-        text.append(note, style="dim")
     return text
 
 
