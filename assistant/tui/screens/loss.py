@@ -10,7 +10,8 @@ from textual.widgets import Button, Static
 from assistant.i18n import t
 from assistant.tui.screens.base import StageScreen
 from assistant.formatting import metric_words
-from assistant.tui.screens.train import metric_label, metric_series, run_config, window_note
+from assistant.tui.screens.train import metric_label, metric_series, window_note
+from assistant.wizard.stages.train import read_run_config
 from assistant.tui.widgets.chart import LossChart
 from assistant.wizard.stages.train import display_path
 
@@ -39,7 +40,7 @@ class LossScreen(StageScreen):
         series = {metric_label(name): points(name) for name in train_settings.get("chart", ["loss"])}
         series.update({"eval_loss": evals} if len(evals) >= 2 else {})
         right = [metric_label(name) for name in train_settings.get("right_axis", [])]
-        note = window_note(run_config(self.wizard.run_folder, self.wizard.skill.config_file))
+        note = window_note(read_run_config(self.wizard.run_folder, self.wizard.skill.config_file)[0])
         self.query_one("#chart", LossChart).set_series(series, right=right, note=note)
         plot = status.loss_plot
         lines = [t("loss.plot", path=display_path(plot)) if plot else t("loss.no_plot")]

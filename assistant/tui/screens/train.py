@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 from rich.markup import escape
 from textual import work
@@ -116,17 +115,6 @@ def window_note(config: dict) -> str:
     the last row, so a curve of them is smoother than the steps were; the chart says so."""
     steps = config.get("logging_steps")
     return t("chart.window", steps=steps) if isinstance(steps, int) and steps > 1 else ""
-
-
-def run_config(run_folder: Path, config_file: str) -> dict:
-    """The run's written config (sft.yaml, dpo.yaml, ...); empty when it cannot be read."""
-    from engine.config import read_yaml
-    from engine.errors import EngineError
-
-    try:
-        return read_yaml(run_folder / config_file)
-    except EngineError:
-        return {}
 
 
 def metric_label(name: str) -> str:
@@ -354,8 +342,8 @@ class TrainScreen(StageScreen):
         series = {metric_label(name): self._series(name) for name in names}
         right = [metric_label(name) for name in settings.get("right_axis", [])]
         if self.note is None:
-            config = self.built.config if self.built else run_config(self.wizard.run_folder,
-                                                                      self.wizard.skill.config_file)
+            config = self.built.config if self.built else train.read_run_config(
+                self.wizard.run_folder, self.wizard.skill.config_file)[0]
             self.note = window_note(config)
         self.query_one("#chart", LossChart).set_series(series, right=right, note=self.note)
 
