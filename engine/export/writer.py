@@ -171,7 +171,7 @@ def _shard_contents(path: Path) -> tuple[int | None, int]:
     from engine.models.cache import safetensors_header
 
     if path.name.endswith(".bin"):
-        tensors = torch.load(str(path), map_location="cpu", weights_only=True).values()
+        tensors = [tensor for _, tensor in read_weights(path.parent, [path.name])]
         return len(tensors), sum(t.numel() * t.element_size() for t in tensors)
     header = safetensors_header(path)
     if header is None:
