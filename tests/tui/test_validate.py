@@ -57,4 +57,6 @@ async def test_the_prompts_are_answered_only_on_the_users_go_as_edited(workspace
         await wait_until(pilot, lambda: app.state.validated, timeout=180, what="the answers")
         answers = [json.loads(line) for line in (run / "validation.jsonl").read_text().splitlines()]
         assert [row["prompt"] for row in answers] == ["Who made you?"] and app.state.prompts == ["Who made you?"]
-        assert str(answer.label) == "Run again" and app.focused is app.screen.query_one("#continue")
+        assert str(answer.label) == "Run again"
+        # Button.focus() takes effect on the next message the app handles, not at once
+        await wait_until(pilot, lambda: app.focused is app.screen.query_one("#continue"), what="Continue focused")
