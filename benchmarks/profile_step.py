@@ -180,6 +180,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="bf16 autocast with the base loaded in bf16, as bf16: true trains on a CPU with bf16 "
                              "units; the peak is then a bf16 matmul")
+    parser.add_argument("--malloc-default", action="store_true",
+                        help="leave glibc malloc's thresholds as they are (a CPU run raises them: "
+                             "engine/training/host_memory.py), to measure what that buys")
     parser.add_argument("--shapes", action="store_true",
                         help="with --ops: one row per operator AND input shapes (which matmul is slow)")
     args = parser.parse_args()
@@ -188,6 +191,10 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if not args.malloc_default:  # as the session does for a CPU run
+        from engine.training.host_memory import keep_freed_blocks
+
+        keep_freed_blocks()
     peak = matmul_peak(args.threads or torch.get_num_threads(), dtype="bfloat16" if args.bf16 else "float32")
     with tempfile.TemporaryDirectory(prefix="lfa-profile-") as root:
         model, optimizer, batcher, params, flops_per_token, plan = build(args, Path(root))

@@ -18,6 +18,7 @@ from engine.errors import ConfigError, DataError, EngineError
 from engine.methods import Method, count_parameters, get_method
 from engine.rundir import RunDir
 from engine.training.checkpoint import content_digest
+from engine.training.host_memory import keep_freed_blocks
 from engine.training.loop import RunLogger, split_validation
 from engine.training.setup import Precision, choose_precision, resolve_model_path, resolve_template, seed_everything
 
@@ -47,6 +48,10 @@ class Session:
         precision = choose_precision(config)
         if precision.note:
             logger.note(precision.note)
+        if precision.device.type == "cpu":
+            kept = keep_freed_blocks()
+            if kept:
+                logger.info(kept)
         tokenizer = load_tokenizer(model_path, trust_remote_code=config.trust_remote_code,
                                    revision=config.model_revision, cache_dir=config.cache_dir)
         template = resolve_template(config, model_path, tokenizer)

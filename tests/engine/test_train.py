@@ -115,6 +115,15 @@ def test_resume_matches_uninterrupted_run(demo_model_dir, tmp_path, method):
         torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc malloc's thresholds")
+def test_a_cpu_run_keeps_large_freed_blocks_for_its_next_steps_and_says_so(demo_model_dir, tmp_path, monkeypatch):
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", "LD_PRELOAD"):
+        monkeypatch.delenv(name, raising=False)
+    handle = engine.train(tiny_config(demo_model_dir, tmp_path, max_steps=1), runs_dir=tmp_path / "runs")
+    assert handle.status().state == "completed"
+    assert "freed blocks up to 1 GiB are kept for reuse" in handle.run.log_path.read_text()
+
+
 def test_bf16_on_a_cpu_without_bf16_units_trains_fp32_and_says_so(demo_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr("engine.training.setup.cpu_bf16_units", lambda: None)
     handle = engine.train(tiny_config(demo_model_dir, tmp_path, bf16=True, max_steps=2), runs_dir=tmp_path / "runs")
