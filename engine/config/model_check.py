@@ -80,10 +80,10 @@ def _linear_layers(folder: str, stamp: float) -> LinearLayers | None:
     widths = {name: (module.in_features, module.out_features) for name, module in model.named_modules()
               if isinstance(module, torch.nn.Linear)}
     head_name = next((name for name, module in model.named_modules() if module is head), None)
-    num_layers = getattr(model.config, "num_hidden_layers", None)
+    from engine.methods.freeze import config_layer_count
+
     return LinearLayers(widths, head_name, tuple(name for name, _ in model.named_modules() if name),
-                        tuple(name for name, _ in model.named_parameters()),
-                        num_layers if isinstance(num_layers, int) else None)
+                        tuple(name for name, _ in model.named_parameters()), config_layer_count(model.config))
 
 
 def linear_layers(model: str) -> LinearLayers | None:
@@ -165,7 +165,7 @@ def module_names(model: str | None, key: str, stage: str = "sft") -> list[str] |
 
     names = list(layers.parameters)
     if key == "freeze_trainable_modules":
-        return layer_modules(names)
+        return layer_modules(names, layers.num_layers)
     if stage == "rm" and layers.head:  # a reward model loads with a score head in place of the output head
         names = [name for name in names if not name.startswith(f"{layers.head}.")] + ["score.weight"]
     outside = outside_layer_modules(names)

@@ -76,3 +76,69 @@ def test_parallel_sublayers_are_refused_before_the_run(tmp_path):
     assert "model.layers.1.mlps.0.down_proj.weight" in problems[0]  # layer 1's sublayer 0: '.0.' in LF
     assert engine.validate(config(tmp_path, finetuning_type="freeze", freeze_trainable_layers=-1,
                                   freeze_trainable_modules="self_attn")) == []
+
+
+def gpt2_like(model_type: str, tmp_path=None):
+    """A tiny 3-layer model whose decoder layers are not named `.layers.N.`: GPT-2 (transformer.h.N) or
+    GPT-NeoX (gpt_neox.layers.N); saved to tmp_path as a model folder when given."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    keys = ({"n_layer": 3, "n_embd": 32, "n_head": 2, "n_positions": 64} if model_type == "gpt2" else
+            {"num_hidden_layers": 3, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64})
+    cfg = AutoConfig.for_model(model_type, vocab_size=64, bos_token_id=1, eos_token_id=2, **keys)
+    if tmp_path is not None:
+        cfg.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg)
+
+
+@pytest.mark.parametrize("model_type, prefix", [("gpt2", "transformer.h"), ("gpt_neox", "gpt_neox.layers")])
+def test_layers_named_otherwise_train_as_in_llamafactory(demo_model_dir, model_type, prefix):
+    from engine.methods.freeze import lf_layer_selection
+
+    model = gpt2_like(model_type)
+    names = [name for name, _ in model.named_parameters()]
+    model = get_method("freeze").prepare(model, config(demo_model_dir, finetuning_type="freeze",
+                                                       freeze_trainable_layers=1))
+    last = {name for name in names if name.startswith(f"{prefix}.2.")}
+    assert last and trained(model) == last  # the last of 3 layers, nothing else
+    assert trained(model) == lf_layer_selection(names, [2], ["all"])
+    first_two = get_method("freeze").prepare(gpt2_like(model_type), config(
+        demo_model_dir, finetuning_type="freeze", freeze_trainable_layers=-2))
+    assert {name for name in names if name.startswith((f"{prefix}.0.", f"{prefix}.1."))} == trained(first_two)
+
+
+def test_gpt2_modules_are_checked_by_their_own_names_before_the_run(tmp_path):
+    gpt2_like("gpt2", tmp_path)
+    assert engine.validate(config(tmp_path, finetuning_type="freeze", freeze_trainable_layers=1,
+                                  freeze_trainable_modules="attn,mlp")) == []
+    problems = engine.validate(config(tmp_path, finetuning_type="freeze", freeze_trainable_layers=1,
+                                      freeze_trainable_modules="self_attn"))
+    assert problems == ["freeze_trainable_modules: self_attn is no module of this model's layers; they have: "
+                        "attn, ln_1, ln_2, mlp (or all)."]
+    model = get_method("freeze").prepare(gpt2_like("gpt2"), config(
+        tmp_path, finetuning_type="freeze", freeze_trainable_layers=1, freeze_trainable_modules="mlp"))
+    assert trained(model) == {f"transformer.h.2.mlp.{m}.{p}" for m in ("c_fc", "c_proj") for p in ("weight", "bias")}
+
+
+def test_the_layer_list_is_the_one_as_long_as_the_model_is_deep():
+    from engine.methods.freeze import layer_pattern
+
+    # a vision tower with more blocks and more names than the 2 decoder layers
+    names = [f"visual.blocks.{i}.{p}" for i in range(4) for p in ("attn.weight", "mlp.weight", "norm.weight")]
+    names += [f"model.language_model.layers.{i}.{p}" for i in range(2) for p in ("self_attn.q.weight", "mlp.up.weight")]
+    assert layer_pattern(names, 2).pattern == r"^model\.language_model\.layers\.(\d+)\."
+    assert layer_pattern(names).pattern == r"^visual\.blocks\.(\d+)\."
+    assert layer_pattern(["embed.weight", "head.weight"], 2) is None
+
+
+def test_a_model_without_numbered_layers_is_refused_by_name(demo_model_dir):
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = type("Config", (), {"num_hidden_layers": 2})()
+            self.body = torch.nn.Linear(4, 4)
+
+    with pytest.raises(engine.ConfigError, match="this model has no numbered layers"):
+        get_method("freeze").prepare(Flat(), config(demo_model_dir, finetuning_type="freeze",
+                                                    freeze_trainable_layers=1))

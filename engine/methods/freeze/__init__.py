@@ -8,17 +8,55 @@ LLaMA-Factory picks layer N's parameters by ".N." (".N.module") anywhere in thei
 numbered parts (a mixture of experts whose experts are a list, ``mlp.experts.N``; parallel sublayers) it also trains
 those parts of every layer. Training them is not what freeze_trainable_layers asks, so such a model is refused
 with the names that collide rather than trained differently (``layer_number_collisions``).
+
+The decoder layers are found by their names, whatever the architecture calls their list: ``model.layers.N``
+(Llama and most), ``transformer.h.N`` (GPT-2), ``gpt_neox.layers.N``, ``model.decoder.layers.N``: of the lists
+that a parameter name's first number indexes, the one with as many entries as the model has layers (the most
+parameters among those, or overall when none has).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from engine.errors import ConfigError
 from engine.readers import comma_names
 from engine.methods.full import load_for_resume, save  # noqa: F401 - output is a full model
 
-_LAYER = re.compile(r"\.layers\.(\d+)\.")
+_FIRST_NUMBER = re.compile(r"^(.+?)\.(\d+)\.")
+NO_LAYERS = ("finetuning_type: freeze trains whole decoder layers, and this model has no numbered layers (nor a "
+             "layer count in its config.json) to pick them by. Use finetuning_type: lora or full.")
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "num_layers", "n_layer")
+
+
+def config_layer_count(config) -> int | None:
+    """The number of decoder layers in a transformers config (a composite model's text part), read as
+    LLaMA-Factory reads it: num_hidden_layers, num_layers or n_layer."""
+    config = getattr(config, "text_config", None) or config
+    for key in _LAYER_COUNT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def layer_pattern(names, num_layers: int | None = None) -> re.Pattern | None:
+    """The pattern of the decoder layers' names, ``^<list>\\.(N)\\.``, found from module or parameter names (None
+    when nothing is numbered): the numbered list with ``num_layers`` entries holding the most names, else the
+    list holding the most names."""
+    names_per_list: Counter = Counter()
+    indices: dict[str, set[str]] = {}
+    for name in names:
+        match = _FIRST_NUMBER.match(name + ".")
+        if match:
+            names_per_list[match.group(1)] += 1
+            indices.setdefault(match.group(1), set()).add(match.group(2))
+    if not names_per_list:
+        return None
+    exact = [prefix for prefix in names_per_list if num_layers and len(indices[prefix]) == num_layers]
+    prefix = max(exact or names_per_list, key=lambda p: (names_per_list[p], p))
+    return re.compile("^" + re.escape(prefix) + r"\.(\d+)\.")
 
 
 def trainable_layer_ids(num_layers: int, trainable_layers: int) -> list[int]:
@@ -31,12 +69,14 @@ def trainable_layer_ids(num_layers: int, trainable_layers: int) -> list[int]:
     return list(range(min(-trainable_layers, num_layers)))
 
 
-def layer_modules(names) -> list[str]:
+def layer_modules(names, num_layers: int | None = None) -> list[str]:
     """The modules of a decoder layer (what freeze_trainable_modules takes), from module or parameter names: the
     first name after the layer number, as LLaMA-Factory lists them (self_attn, mlp, input_layernorm, ...)."""
+    names = list(names)
+    pattern = layer_pattern(names, num_layers)
     found = set()
     for name in names:
-        match = _LAYER.search(name + ".")
+        match = pattern and pattern.match(name + ".")
         if match:
             found.add((name + ".")[match.end():].split(".")[0])
     return sorted(found - {""})
@@ -73,19 +113,23 @@ def module_problems(config, parameter_names, num_layers: int | None = None) -> l
     checks the loaded model and ``validate`` (train --check) the same model built on the meta device, so a setting
     that would stop the run is refused before it starts."""
     names = list(parameter_names)
-    problems = [unknown_layer_modules(config.freeze_trainable_modules, layer_modules(names)),
+    if num_layers and layer_pattern(names, num_layers) is None:
+        return [NO_LAYERS]
+    problems = [unknown_layer_modules(config.freeze_trainable_modules, layer_modules(names, num_layers)),
                 unknown_extra_modules(getattr(config, "freeze_extra_modules", None), outside_layer_modules(names))]
     if num_layers and config.freeze_trainable_layers and not problems[0]:
         problems.append(layer_number_collisions(config, names, num_layers))
     return [problem for problem in problems if problem]
 
 
-def layer_selection(names, layer_ids, modules: list[str]) -> set[str]:
-    """The parameters of the trained layers that train here: under ``.layers.N.`` for a trained N, in the named
-    modules (all: every one)."""
+def layer_selection(names, layer_ids, modules: list[str], num_layers: int | None = None) -> set[str]:
+    """The parameters of the trained layers that train here: under the decoder layers' list (``layer_pattern``)
+    for a trained N, in the named modules (all: every one)."""
+    names = list(names)
+    pattern = layer_pattern(names, num_layers)
     selected = set()
     for name in names:
-        match = _LAYER.search(name)
+        match = pattern and pattern.match(name)
         in_layer = bool(match) and int(match.group(1)) in layer_ids
         if in_layer and (modules == ["all"] or any(f".{m}." in name or name.endswith(f".{m}") for m in modules)):
             selected.add(name)
@@ -101,12 +145,13 @@ def lf_layer_selection(names, layer_ids, modules: list[str]) -> set[str]:
 
 def layer_number_collisions(config, names: list[str], num_layers: int) -> str | None:
     """The problem when LLaMA-Factory's ".N." match would pick other parameters than the layers themselves."""
-    listed = layer_modules(names)
-    if not listed:  # no .layers.N. at all (GPT-2's h.N): nothing trains here, which prepare refuses on its own
+    listed = layer_modules(names, num_layers)
+    if not listed:  # nothing numbered: prepare refuses the model (no layers to pick)
         return None
     layer_ids = trainable_layer_ids(num_layers, config.freeze_trainable_layers)
     modules = comma_names(config.freeze_trainable_modules) or ["all"]
-    ours, theirs = layer_selection(names, layer_ids, modules), lf_layer_selection(names, layer_ids, modules)
+    ours = layer_selection(names, layer_ids, modules, num_layers)
+    theirs = lf_layer_selection(names, layer_ids, modules)
     if ours == theirs:
         return None
     extra, missed = sorted(theirs - ours), sorted(ours - theirs)
@@ -119,7 +164,7 @@ def layer_number_collisions(config, names: list[str], num_layers: int) -> str | 
     effect = (f"also train {shown}, which lie outside {target}" if extra
               else f"leave out {shown}, which lie in {target}")
     advice = "use finetuning_type: lora"
-    if layer_selection(names, layer_ids, listed) == lf_layer_selection(names, layer_ids, listed) \
+    if layer_selection(names, layer_ids, listed, num_layers) == lf_layer_selection(names, layer_ids, listed) \
             == ours:
         advice = f"set freeze_trainable_modules: {','.join(listed)} (each layer's modules by name), or " + advice
     keys = f"freeze_trainable_layers: {config.freeze_trainable_layers}" + (
@@ -130,15 +175,17 @@ def layer_number_collisions(config, names: list[str], num_layers: int) -> str | 
 
 
 def prepare(model, config):
-    num_layers = model.config.num_hidden_layers
+    num_layers = config_layer_count(model.config)
+    names = [name for name, _ in model.named_parameters()]
+    if num_layers is None:
+        raise ConfigError(NO_LAYERS)
     layer_ids = set(trainable_layer_ids(num_layers, config.freeze_trainable_layers))
     modules = comma_names(config.freeze_trainable_modules)
     extra = comma_names(getattr(config, "freeze_extra_modules", None))
-    names = [name for name, _ in model.named_parameters()]
     problems = module_problems(config, names, num_layers)
     if problems:
         raise ConfigError("\n".join(problems))
-    in_layers = layer_selection(names, layer_ids, modules)
+    in_layers = layer_selection(names, layer_ids, modules, num_layers)
     for name, parameter in model.named_parameters():
         # A reward model's score head is new: it always trains.
         trained = name in in_layers or name.startswith("score.") or any(m in name for m in extra)
