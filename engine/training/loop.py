@@ -46,6 +46,11 @@ class StopFlag:
         self.requested, self.reason = True, reason
 
 
+PROGRESS_EVERY_S = 2.0
+"""Between logged steps, status.json's step and elapsed time are brought up to date at most this often: a killed
+run's resume then knows how far it had got (the steps it trains again) whatever logging_steps is."""
+
+
 class RunLogger:
     """Writes train.log, metrics.jsonl, events.jsonl and the live fields of status.json; calls ``on_log``."""
 
@@ -63,6 +68,7 @@ class RunLogger:
         self.input_tokens_seen = 0
         self.trained_tokens_seen = 0
         self.trackers = None  # engine.trackers.Trackers (report_to), main rank only
+        self.progress_written = 0.0
 
     def track(self, step: int, row: dict) -> None:
         if self.trackers is not None:
@@ -114,8 +120,14 @@ class RunLogger:
         self.input_tokens_seen += input_tokens
         self.trained_tokens_seen += trained_tokens
         if not log_now:
+            now = time.time()
+            if self.enabled and now - self.progress_written >= PROGRESS_EVERY_S:
+                self.progress_written = now
+                self.run.update_status(step=step, elapsed_s=round(self.earlier_s + now - self.started, 2),
+                                       attempt_elapsed_s=round(now - self.started, 2))
             return
         now = time.time()
+        self.progress_written = now
         losses, norms, inputs, trained = zip(*self.window)
         window_s = max(now - self.window_started, 1e-9)
         attempt = now - self.started

@@ -104,7 +104,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         if changed:
             logger.note(changed)
         position = Position(state["step"], state["epoch"], state["group"])
-        resumes = resumed_record(run, logger, position.step)
+        resumes = resumed_record(run, logger, position.step, state, resume_from)
         redone = resumes[-1].redone
         logger.event("resumed", checkpoint=str(resume_from), step=position.step, redone=redone)
         logger.info(f"resumed from {resume_from} at step {position.step}"
@@ -122,7 +122,7 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
 
     def checkpoint(step: int, epoch: int, group: int) -> None:
         trainer_state = {"step": step, "epoch": epoch, "group": group, "total_steps": plan.total_steps,
-                         "run_id": run.run_id, **digests}
+                         "run_id": run.run_id, "elapsed_s": round(logger.elapsed(), 2), **digests}
         if strategy.is_main:  # named before it is written: a folder of it is this run's even if the write dies
             record_outputs(output_dir, run.run_id, [f"checkpoint-{step}"])
         folder = strategy.save_checkpoint(
@@ -200,16 +200,44 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
                   final_metrics=final, train_runtime_s=train_runtime)
 
 
-def resumed_record(run: RunDir, logger: RunLogger, from_step: int) -> list[Resumed]:
-    """The run's resumes with this one added, read from the status the interrupted attempt left in this run folder
-    (its last recorded step and its training time, which this attempt's elapsed time goes on from)."""
+def resumed_record(run: RunDir, logger: RunLogger, from_step: int, state: dict | None = None,
+                   checkpoint: Path | None = None) -> list[Resumed]:
+    """The run's resumes with this one added, from the status the interrupted attempt left: this run folder's
+    when the checkpoint is this run's, else the status of the run that saved it (a resume into a new folder),
+    when its folder lies beside this one. How far that attempt got and its training time, which this attempt's
+    elapsed time goes on from (from the checkpoint itself when the other run's folder is gone)."""
     before = run.read_status()
-    saved = Path(before.last_checkpoint or "").name.removeprefix("checkpoint-")
-    # logged every logging_steps, saved every save_steps: the further of the two is how far it is known to have got
-    furthest = max(before.step, int(saved) if saved.isdigit() else 0)
-    reached = furthest if furthest >= from_step else None  # another run folder: nothing known of the attempt
-    logger.earlier_s = (before.elapsed_s or 0.0) if reached is not None else 0.0
+    saver = (state or {}).get("run_id")
+    attempt = before if saver in (None, run.run_id) else _saver_status(run, saver, checkpoint)
+    reached = None
+    if attempt is not None:
+        saved = Path(attempt.last_checkpoint or "").name.removeprefix("checkpoint-")
+        # logged every logging_steps, saved every save_steps: the further of the two is how far it is known to have got
+        furthest = max(attempt.step, int(saved) if saved.isdigit() else 0)
+        reached = furthest if furthest >= from_step else None  # a status that knows nothing of this checkpoint
+    if reached is not None:
+        logger.earlier_s = attempt.elapsed_s or 0.0
+    else:
+        carried = (state or {}).get("elapsed_s")
+        plain = isinstance(carried, (int, float)) and not isinstance(carried, bool)
+        logger.earlier_s = float(carried) if plain and 0 <= carried < 1e9 else 0.0
     return [*before.resumes, Resumed(from_step=from_step, reached_step=reached, at=time.time())]
+
+
+def _saver_status(run: RunDir, saver: object, checkpoint: Path | None) -> RunStatus | None:
+    """The status of the run that saved ``checkpoint``, a folder beside ``run`` named by the checkpoint's run_id,
+    when that run's output_dir is where the checkpoint lies (else None: nothing is known of that attempt)."""
+    from engine.names import name_problem
+    from engine.rundir import is_run_folder
+
+    if checkpoint is None or name_problem(saver) is not None or not is_run_folder(run.path.parent / saver):
+        return None
+    status = RunDir(run.path.parent / saver).read_status()
+    try:
+        same = bool(status.output_dir) and Path(status.output_dir).resolve() == checkpoint.parent.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return status if same else None
 
 
 def _note(logger: RunLogger, note: str | None) -> None:

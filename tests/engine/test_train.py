@@ -258,3 +258,78 @@ def test_a_crashed_run_resumed_in_its_folder_records_the_redone_steps_and_counts
     resumed = next(e for e in run.read_events() if e["event"] == "resumed")
     assert resumed["step"] == 3 and resumed["redone"] == 2
     assert "steps 4-5 are trained again" in "\n".join(run.tail_log(200))
+
+
+def _crash_after_step(monkeypatch, at: int):
+    """RunLogger.step raises after recording step ``at`` (between two logs): the machine went away there."""
+    from engine.training import loop
+
+    original = loop.RunLogger.step
+
+    def step(self, step, *args, **kwargs):
+        original(self, step, *args, **kwargs)
+        if step == at:
+            raise RuntimeError("the machine went away")
+
+    monkeypatch.setattr(loop.RunLogger, "step", step)
+    monkeypatch.setattr(loop, "PROGRESS_EVERY_S", 0.0)
+
+
+def test_a_run_killed_between_two_logs_knows_how_far_it_got(demo_model_dir, tmp_path, monkeypatch):
+    """Logged every 4 steps, saved every 3, killed after step 6: steps 4-6 are trained again, not 4 alone."""
+    from engine.rundir import iter_runs
+    from engine.runstatus import Resumed
+    from engine.training import loop
+
+    config = tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=4)
+    with monkeypatch.context() as patched:
+        _crash_after_step(patched, 6)
+        with pytest.raises(RuntimeError):
+            engine.train(config, runs_dir=tmp_path / "runs")
+    run = next(iter_runs(tmp_path / "runs"))
+    crashed = run.read_status()
+    assert crashed.state == "failed" and crashed.step == 6 and crashed.elapsed_s > 0
+    assert max(row["step"] for row in run.read_metrics()) == 4  # the last log: it alone would say 4
+    assert loop.PROGRESS_EVERY_S == 2.0
+    engine.resume(run.run_id, runs_dir=tmp_path / "runs", detach=False)
+    status = run.read_status()
+    assert status.state == "completed" and status.step == 8
+    assert status.resumes == [Resumed(from_step=3, reached_step=6, at=status.resumes[0].at)]
+    assert status.resumes[0].redone == 3
+
+
+def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(demo_model_dir, tmp_path,
+                                                                               monkeypatch):
+    from engine.rundir import iter_runs
+    from engine.runstatus import Resumed
+
+    config = tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1)
+    with monkeypatch.context() as patched:
+        _crash_after_step(patched, 5)
+        with pytest.raises(RuntimeError):
+            engine.train(config, runs_dir=tmp_path / "runs")
+    first = next(iter_runs(tmp_path / "runs"))
+    crashed = first.read_status()
+    checkpoint = Path(crashed.output_dir) / "checkpoint-3"
+    saved_at = json.loads((checkpoint / "trainer_state.json").read_text())["elapsed_s"]
+    assert 0 < saved_at <= crashed.elapsed_s
+
+    again = engine.train(tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1,
+                                     output_dir=str(tmp_path / "second"), resume_from_checkpoint=str(checkpoint)),
+                         runs_dir=tmp_path / "runs")
+    status = again.status()
+    assert again.run.run_id != first.run_id and status.state == "completed" and status.step == 8
+    assert status.resumes == [Resumed(from_step=3, reached_step=5, at=status.resumes[0].at)]
+    assert status.resumes[0].redone == 2
+    assert status.runtime_s == pytest.approx(crashed.elapsed_s + status.attempt_elapsed_s, abs=0.05)
+
+    # the other run's folder gone: how far it got is unknown, its training time up to the checkpoint is carried
+    import shutil
+
+    shutil.rmtree(first.path)
+    third = engine.train(tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1,
+                                     output_dir=str(tmp_path / "third"), resume_from_checkpoint=str(checkpoint)),
+                         runs_dir=tmp_path / "runs")
+    status = third.status()
+    assert status.resumes == [Resumed(from_step=3, reached_step=None, at=status.resumes[0].at)]
+    assert status.runtime_s == pytest.approx(saved_at + status.attempt_elapsed_s, abs=0.05)
