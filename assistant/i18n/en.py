@@ -405,6 +405,7 @@ STRINGS: dict[str, str] = {
     "review.no_answers": "No validation answers.",
     "review.compare_title": "Compare: loss curves and config differences",
     "review.same_config": "The configs are the same.",
+    "review.whole_values": "Shortened above, in full:",
     "review.fetch_running": "This session is fetching its model: wait for it to finish, then switch sessions.",
     "review.not_wizard": "{run_id} was not started in the wizard: `lf-assistant resume-train {run_id}` continues its training.",
     "review.wizard_stage": "not trained: {stage}",

@@ -405,6 +405,7 @@ STRINGS: dict[str, str] = {
     "review.no_answers": "没有验证回答。",
     "review.compare_title": "对比：loss 曲线与配置差异",
     "review.same_config": "两次运行的配置相同。",
+    "review.whole_values": "上表中缩短的值，完整如下：",
     "review.fetch_running": "当前会话正在获取模型：请等它完成后再切换会话。",
     "review.not_wizard": "{run_id} 不是在向导中开始的：用 `lf-assistant resume-train {run_id}` 继续它的训练。",
     "review.wizard_stage": "未训练：{stage}",

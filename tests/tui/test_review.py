@@ -138,3 +138,30 @@ async def _end_in_view_with_keys(pilot, app, table_id: str, last: str) -> None:
     await pilot.pause()
     assert last in app.export_screenshot()
     assert table.scroll_y == 0  # the page scrolled, not the table inside it
+
+
+async def test_the_comparison_gives_a_and_b_equal_columns_and_long_paths_one_line_each(workspace):
+    first = _finished_run(workspace, datetime(2026, 1, 1, 10), 16, [3.0, 2.5])
+    second = _finished_run(workspace, datetime(2026, 1, 1, 11), 8, [3.1, 2.9])
+    app = make_app(workspace, review=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: on_screen(app, "RunsScreen"))
+        await pilot.press("space", "down", "space", "c")
+        await wait_until(pilot, lambda: on_screen(app, "CompareScreen"))
+        await pilot.pause()
+        table = app.screen.query_one("#difference")
+        assert table.virtual_size.width <= SIZE[0]
+        parameter, a, b = (column.width for column in table.columns.values())
+        assert a == b >= 20, (parameter, a, b)
+        keys = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        row = keys.index("output_dir")
+        assert list(table.rows.values())[row].height == 1  # one line, not folded
+        shown = [str(cell) for cell in table.get_row_at(row)[1:]]
+        assert all(cell.startswith("/work/") and "…" in cell for cell in shown), shown
+        assert {cell.rsplit("/", 1)[-1] for cell in shown} == {"sft_rank16_100000", "sft_rank8_110000"}  # the ends
+        whole = str(app.screen.query_one("#whole-values").render())
+        assert "Shortened above, in full:" in whole
+        for run_id, rank, when in ((first, 16, "100000"), (second, 8, "110000")):
+            assert f"/work/projects/acme/saves/SmolLM2-135M-Instruct/lora/sft_rank{rank}_{when}" in \
+                whole.replace("\n", ""), whole
+        assert "lora_rank" not in whole  # short values are whole in the table already

@@ -193,6 +193,7 @@ class CompareScreen(Screen):
         with VerticalScroll(classes="review-page"):
             yield LossChart(id="chart")
             yield page_table("difference")
+            yield Static("", id="whole-values")
         yield KeyHelp([("↑↓", "key.scroll"), ("Esc", "key.back")])
 
     def on_mount(self) -> None:
@@ -203,6 +204,13 @@ class CompareScreen(Screen):
                                                         "B " + second.run_id: second.losses})
         rows = [[key, fmt_value(a, key), fmt_value(b, key)]
                 for key, a, b in review.config_difference(first.config, second.config)]
-        fill_table(self.query_one("#difference", DataTable), [t("col.parameter"), "A", "B"],
-                   rows or [[t("review.same_config"), "", ""]], width=self.app.size.width - 6)
-        unfold(self.query_one("#difference", DataTable))
+        table = self.query_one("#difference", DataTable)
+        fill_table(table, [t("col.parameter"), "A", "B"], rows or [[t("review.same_config"), "", ""]],
+                   width=self.app.size.width - 6, short_paths=True, share=2)
+        unfold(table)
+        # A path too wide for its column is shortened in the middle there (the differing end stays): whole below.
+        shortened = [(row[0], row[1], row[2]) for row, shown in zip(rows, range(table.row_count))
+                     if [str(cell) for cell in table.get_row_at(shown)[1:]] != row[1:]]
+        whole = [f"{safe(key)}\n  A {safe(a)}\n  B {safe(b)}" for key, a, b in shortened]
+        self.query_one("#whole-values", Static).update(
+            "\n".join([t("review.whole_values"), *whole]) if whole else "")

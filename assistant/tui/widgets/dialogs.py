@@ -77,12 +77,13 @@ def is_path(text: str) -> bool:
 
 
 def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys: list[str] | None = None,
-               width: int | None = None, short_paths: bool = False) -> None:
+               width: int | None = None, short_paths: bool = False, share: int = 1) -> None:
     """Rows of (name, value). With `width` (the table's), the last column takes what the others leave and a long
     value (a path) wraps onto more lines of its row instead of being cut at the edge; with `short_paths` as well,
     a path too wide for it is shortened in the middle instead (short_path: one line that ends with the file name,
     where a fold broke the path anywhere), for a table whose full values are a key away (the config stage edits
-    the row)."""
+    the row) or listed beside it. `share`: how many last columns take what the others leave, in equal parts
+    (two values side by side)."""
     from rich.cells import cell_len
     from rich.text import Text
 
@@ -92,19 +93,20 @@ def fill_table(table: DataTable, columns: list[str], rows: list[list[Any]], keys
         for index, row in enumerate(rows):
             table.add_row(*[str(cell) for cell in row], key=keys[index] if keys else None)
         return
-    first = column_widths(columns, rows)[:-1]
+    first = column_widths(columns, rows)[:-share]
     room = width - 2 * len(columns) - 2
-    while sum(first) + 12 > room and max(first, default=0) > 12:  # the widest column folds first
+    least = 12 * share
+    while sum(first) + least > room and max(first, default=0) > 12:  # the widest column folds first
         widest = first.index(max(first))
-        first[widest] = max(12, first[widest] - (sum(first) + 12 - room))
-    last = max(12, room - sum(first))
-    widths = first + [last]
+        first[widest] = max(12, first[widest] - (sum(first) + least - room))
+    last = max(12, (room - sum(first)) // share)
+    widths = first + [last] * share
     for index, name in enumerate(columns):
         table.add_column(name, width=widths[index])
     for index, row in enumerate(rows):
         cells = [str(cell) for cell in row]
-        if short_paths and is_path(cells[-1]):
-            cells[-1] = short_path(cells[-1], last)
+        if short_paths:
+            cells[-share:] = [short_path(cell, last) if is_path(cell) else cell for cell in cells[-share:]]
         lines = max(max(1, -(-cell_len(cell) // size)) for cell, size in zip(cells, widths))
         table.add_row(*[Text(cell, overflow="fold") for cell in cells], height=lines,
                       key=keys[index] if keys else None)
