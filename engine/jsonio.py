@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.filemodes import mode_for_replacement
+from engine.messages import Message
 
 MAX_DEPTH = 64
 """Nesting limit for JSON read from disk: real rows and records nest 3-5 levels (a row's messages, their parts)."""
@@ -49,6 +50,34 @@ def loads_json(text: str, max_depth: int = MAX_DEPTH) -> Any:
         if not too_deep(value, max_depth):
             return value
     raise json.JSONDecodeError(f"nested more than {max_depth} levels deep", text, 0) from None
+
+
+# The JSON parser's own words (CPython's json) and this project's, by how they start: a code each, so a front end
+# in another language can say them in its own words.
+_PARSER_WORDS = (
+    ("Expecting value", "expecting_value"), ("Expecting property name", "expecting_key"),
+    ("Expecting ':'", "expecting_colon"), ("Expecting ',' or ']'", "expecting_row_separator"),
+    ("Expecting ','", "expecting_comma"), ("Unterminated string", "unterminated_string"),
+    ("Invalid control character", "control_character"), ("Invalid \\uXXXX", "bad_unicode_escape"),
+    ("Invalid \\escape", "bad_escape"), ("Extra data after the closing ]", "after_closing"),
+    ("Extra data", "extra_data"), ("nested more than", "too_deep"), ("a number is too long", "number_too_long"),
+)
+
+
+def json_problem(exc: ValueError, *, line: bool = True) -> Message:
+    """What the parser found and where, as a message: "Expecting value at line 3, column 5" (``line``: with the
+    line; else the column alone, for a file read line by line)."""
+    if not isinstance(exc, json.JSONDecodeError):  # Python's int-from-str limit, raised past loads_json
+        what = Message("json.number_too_long", "a number is too long to read (more than 4300 digits)")
+        return Message("json.problem", what.text, {"what": what})
+    said = exc.msg.removesuffix(" at")  # "Unterminated string starting at" + " at line 3"
+    code = next((code for start, code in _PARSER_WORDS if said.startswith(start)), "other")
+    depth = said.split()[2] if code == "too_deep" else None
+    what = Message(f"json.{code}", said, {"depth": depth} if depth else {})
+    if line:
+        return Message("json.at_line", f"{said} at line {exc.lineno}, column {exc.colno}",
+                       {"what": what, "line": exc.lineno, "column": exc.colno})
+    return Message("json.at_column", f"{said} at column {exc.colno}", {"what": what, "column": exc.colno})
 
 
 def read_json_dict(path: str | Path) -> dict:

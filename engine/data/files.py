@@ -15,9 +15,16 @@ from typing import Any
 from engine.data.rows import SUFFIX_KINDS, FileKind, RowIssue, RowsRead, duplicate_message  # noqa: F401 - this module's readers' types
 from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
 from engine.errors import DataError
-from engine.jsonio import write_text_atomic
+from engine.jsonio import json_problem, write_text_atomic
+from engine.messages import Message
 
 _SNIFF_BYTES = 8192
+
+def refusal(code: str, text: str, **fields: Any) -> DataError:
+    """A DataError whose sentence also travels as ``data.file.<code>`` with its values (engine.messages)."""
+    return DataError(text, message=Message(f"data.file.{code}", text, {key: str(value) if isinstance(value, Path)
+                                                                       else value for key, value in fields.items()}))
+
 
 class JsonTooDeep(Exception):
     """A JSON value nests deeper than MAX_DEPTH (or than the parser's own recursion limit)."""
@@ -65,8 +72,9 @@ def file_kind(path: Path) -> FileKind:
     """The file type from the suffix; DataError listing the supported ones otherwise."""
     kind = SUFFIX_KINDS.get(path.suffix.lower())
     if kind is None:
-        raise DataError(f"{path}: unsupported file type {path.suffix or '(no suffix)'!r}. "
-                        f"Use one of {', '.join(SUFFIX_KINDS)}.")
+        suffix, kinds = repr(path.suffix) if path.suffix else "(no suffix)", ", ".join(SUFFIX_KINDS)
+        raise refusal("unsupported_type", f"{path}: unsupported file type {suffix}. Use one of {kinds}.",
+                      path=path, suffix=suffix, kinds=kinds)
     return kind
 
 
@@ -82,7 +90,8 @@ def read_rows(path: Path) -> RowsRead:
             return read_table(path, kind)
         text = read_text(path)
     except OSError as exc:  # unreadable: permissions, a folder vanished, an I/O error
-        raise DataError(f"{path} cannot be read: {exc.strerror or exc}. Check the file and its permissions.") from None
+        raise refusal("unreadable", f"{path} cannot be read: {exc.strerror or exc}. Check the file and its "
+                      "permissions.", path=path, error=str(exc.strerror or exc)) from None
     if kind == "text":
         return _read_text_lines(path, text)
     if kind == "csv":
@@ -105,29 +114,35 @@ def _read_text_lines(path: Path, text: str) -> RowsRead:
 
 def _require_file(path: Path) -> None:
     if not path.exists():
-        raise DataError(f"{path} does not exist. Check the path (relative paths start at {Path.cwd()}).")
+        raise refusal("missing", f"{path} does not exist. Check the path (relative paths start at {Path.cwd()}).",
+                      path=path, cwd=Path.cwd())
     if path.is_dir():
-        raise DataError(f"{path} is a folder, not a file. Give one data file (json, jsonl, csv, parquet, arrow).")
+        raise refusal("folder", f"{path} is a folder, not a file. Give one data file (json, jsonl, csv, parquet, "
+                      "arrow).", path=path)
     if path.stat().st_size == 0:
-        raise DataError(f"{path} is empty (0 bytes). Write some rows into it, or pick another file.")
+        raise refusal("empty", f"{path} is empty (0 bytes). Write some rows into it, or pick another file.", path=path)
 
 
 def read_text(path: Path) -> str:
     """A text data file as str: UTF-8 (a BOM is accepted); binary files and other encodings raise DataError."""
     raw = Path(path).read_bytes()
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise DataError(f"{path} is UTF-16 text. Save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8).")
+        raise refusal("utf16", f"{path} is UTF-16 text. Save it as UTF-8 (for example: iconv -f UTF-16 -t UTF-8).",
+                      path=path)
     if b"\x00" in raw[:_SNIFF_BYTES]:
-        raise DataError(f"{path} looks like a binary file, not {path.suffix} text. Check that you picked the "
-                        "right file (parquet and arrow files need the .parquet / .arrow suffix).")
+        raise refusal("binary", f"{path} looks like a binary file, not {path.suffix} text. Check that you picked "
+                      "the right file (parquet and arrow files need the .parquet / .arrow suffix).",
+                      path=path, suffix=path.suffix)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}). Re-save it as "
-                        "UTF-8, e.g. iconv -f GBK -t UTF-8 in.json > out.json.") from None
+        byte = f"0x{raw[exc.start]:02x}"
+        raise refusal("not_utf8", f"{path} is not UTF-8 text (byte {byte} on line {line}). Re-save it as UTF-8, "
+                      "e.g. iconv -f GBK -t UTF-8 in.json > out.json.", path=path, byte=byte, line=line) from None
     if not text.strip():
-        raise DataError(f"{path} holds only whitespace. Write some rows into it, or pick another file.")
+        raise refusal("blank", f"{path} holds only whitespace. Write some rows into it, or pick another file.",
+                      path=path)
     return text
 
 
@@ -164,8 +179,8 @@ def _read_json_object(path: Path, text: str) -> RowsRead:
                 result.issues.append(RowIssue.said(None, None, reader.duplicates[0],
                                                    duplicate_message(reader.duplicates)))
             return result
-    raise DataError(f"{path} holds a single JSON object; a dataset is a list of rows: [{{...}}, {{...}}]. "
-                    "Wrap the rows in [ ] (or write one object per line in a .jsonl file).")
+    raise refusal("single_object", f"{path} holds a single JSON object; a dataset is a list of rows: [{{...}}, "
+                  "{...}]. Wrap the rows in [ ] (or write one object per line in a .jsonl file).", path=path)
 
 
 def _read_json_array(path: Path, text: str) -> RowsRead:
@@ -195,18 +210,15 @@ def _read_json_array(path: Path, text: str) -> RowsRead:
         if text[pos:].strip():
             raise json.JSONDecodeError("Extra data after the closing ]", text, _skip_space(text, pos))
     except JsonTooDeep:
-        raise DataError(f"{path}: row {len(result.rows) + 1} (line {line}) nests lists or objects more than "
-                        f"{MAX_DEPTH} levels deep, which no dataset row needs. Fix or remove that row.") from None
+        row = len(result.rows) + 1
+        raise refusal("row_too_deep", f"{path}: row {row} (line {line}) nests lists or objects more than "
+                      f"{MAX_DEPTH} levels deep, which no dataset row needs. Fix or remove that row.",
+                      path=path, row=row, line=line, depth=MAX_DEPTH) from None
     except ValueError as exc:
-        raise DataError(f"{path} is not valid JSON: {_json_problem(exc)} (after {len(result.rows)} good rows). "
-                        "Fix the file there.") from None
+        problem = json_problem(exc)
+        raise refusal("not_json", f"{path} is not valid JSON: {problem.text} (after {len(result.rows)} good rows). "
+                      "Fix the file there.", path=path, problem=problem, good_rows=len(result.rows)) from None
     return result
-
-
-def _json_problem(exc: ValueError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
-    return f"{str(exc).split(':')[0]} (a number that long is not data)"
 
 
 def _skip_space(text: str, pos: int) -> int:
@@ -225,18 +237,18 @@ def _read_json_lines(path: Path, text: str, kind: FileKind) -> RowsRead:
         try:
             row = reader.decode_all(line)
         except JsonTooDeep:
-            result.bad_lines.append((number, f"nested more than {MAX_DEPTH} levels deep"))
+            deep = f"nested more than {MAX_DEPTH} levels deep"
+            result.bad_lines.append((number, Message("json.too_deep", deep, {"depth": MAX_DEPTH})))
             continue
         except ValueError as exc:
-            message = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else \
-                _json_problem(exc)
-            result.bad_lines.append((number, message))
+            result.bad_lines.append((number, json_problem(exc, line=False)))
             continue
         result.add(row, number, reader.duplicates)
     if kind == "json" and not result.rows:
         first_line, message = result.bad_lines[0]
-        raise DataError(f"{path} is not valid JSON ({message} on line {first_line}). A .json file holds a list "
-                        "of rows [{...}, {...}]; a .jsonl file holds one JSON object per line.")
+        raise refusal("json_lines_not_json", f"{path} is not valid JSON ({message} on line {first_line}). A .json "
+                      "file holds a list of rows [{...}, {...}]; a .jsonl file holds one JSON object per line.",
+                      path=path, problem=message, line=first_line)
     return result
 
 

@@ -11,7 +11,7 @@ import random
 import re
 from pathlib import Path
 
-from engine.data.files import SUFFIX_KINDS, read_rows
+from engine.data.files import SUFFIX_KINDS, read_rows, refusal
 from engine.data.formats import convert_record, convert_text, require_supported
 from engine.data.mixing import mix
 from engine.data.registry import INFO_FILE, DatasetSpec, dataset_file_path, get_dataset_spec
@@ -32,9 +32,11 @@ def read_records(path: Path) -> list[dict]:
         read = read_rows(file)
         if read.bad_lines:
             line, message = read.bad_lines[0]
-            more = f" ({len(read.bad_lines) - 1} more bad lines)" if len(read.bad_lines) > 1 else ""
-            raise DataError(f"{file}: line {line} is not valid JSON: {message}{more}. Fix it, or run "
-                            f"`lf-assistant data check {file}` to list every problem.")
+            others = len(read.bad_lines) - 1
+            more = f" ({others} more bad lines)" if others else ""
+            raise refusal("bad_line" if not others else "bad_lines", f"{file}: line {line} is not valid JSON: "
+                          f"{message}{more}. Fix it, or run `lf-assistant data check {file}` to list every problem.",
+                          path=file, line=line, problem=message, more=others)
         if read.issues:
             raise DataError(_issues_message(file, read.issues))
         records.extend(read.rows)
@@ -53,12 +55,15 @@ def _data_files(folder: Path) -> list[Path]:
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
                    and p.suffix.lower() in SUFFIX_KINDS and p.name != INFO_FILE)
     if not files:
-        raise DataError(f"{folder} holds no data files ({', '.join(SUFFIX_KINDS)}). Put the rows there.")
+        kinds = ", ".join(SUFFIX_KINDS)
+        raise refusal("no_files", f"{folder} holds no data files ({kinds}). Put the rows there.", path=folder,
+                      kinds=kinds)
     # LLaMA-Factory loads a folder with one datasets builder per type; .json and .jsonl are both its "json"
     kinds = {"json" if SUFFIX_KINDS[p.suffix.lower()] == "jsonl" else SUFFIX_KINDS[p.suffix.lower()] for p in files}
     if len(kinds) > 1:
-        raise DataError(f"{folder} mixes file types ({', '.join(sorted(kinds))}); a dataset folder holds files "
-                        "of one type. Register the files as separate datasets instead.")
+        mixed = ", ".join(sorted(kinds))
+        raise refusal("mixed_types", f"{folder} mixes file types ({mixed}); a dataset folder holds files of one "
+                      "type. Register the files as separate datasets instead.", path=folder, kinds=mixed)
     return files
 
 

@@ -44,7 +44,8 @@ class RowsRead:
     kind: FileKind
     rows: list[Any] = field(default_factory=list)
     lines: list[int | None] = field(default_factory=list)
-    bad_lines: list[tuple[int, str]] = field(default_factory=list)
+    bad_lines: list[tuple[int, Message]] = field(default_factory=list)
+    """(line, what the parser found there) for each line that is not JSON."""
     """(line number, parser message) for JSON lines that could not be read; their rows are skipped."""
     issues: list[RowIssue] = field(default_factory=list)
     """Rows that were read but are not what they seem: duplicate keys, text that is not valid Unicode, CSV rows

@@ -696,12 +696,59 @@ def _data_problems(folder):
 
 def test_the_data_checks_problems_read_in_chinese_in_zh_and_as_the_engine_says_them_in_english(zh, tmp_path):
     said, _engine = _data_problems(tmp_path)
-    assert said[0] == "第6行不是有效的 JSON：Expecting value at column 1"  # the JSON parser's words stay
+    assert said[0] == "第6行不是有效的 JSON：第1列：这里应当是一个值"  # the JSON parser's words too
     assert "第2条消息的角色是 'robot'；应为 human, gpt, observation, function_call 之一" in said[3]
     assert said[5] == "警告： 第4行 (文件第4行): 与第3行重复。"
-    for line in said[1:]:
+    for line in said:
         assert re.search("[\u4e00-\u9fff]", line) and not english_left(line), (line, english_left(line))
     i18n.set_language("en")
     said, engine = _data_problems(tmp_path)
     assert [line.endswith(problem.message) for line, problem in zip(said, engine)] == [True] * 29
     assert said[5] == "warning: row 4 (line 4): duplicate of row 3."
+
+
+BROKEN_FILES = {  # name -> bytes: each refused as a whole, or with the JSON parser's words in the message
+    "missing_value.json": b'[{"instruction": "hi", "output": }]',
+    "no_quotes.json": b"[{instruction: 1}]",
+    "after_rows.json": b'[{"instruction": "a", "output": "b"}] x',
+    "between_rows.json": b'[{"instruction": "a", "output": "b"} {"instruction": "c"}]',
+    "one_object.json": b'{"instruction": "a", "output": "b"}',
+    "open_string.jsonl": b'{"instruction": "a, "output": "b"}\n{"instruction": "c", "output": "d"\n',
+    "empty.json": b"",
+    "blank.json": b"  \n\n ",
+    "utf16.json": "[]".encode("utf-16"),
+    "gbk.json": '[{"instruction": "你好"}]'.encode("gbk"),
+    "binary.json": b"\x00\x01\x02",
+    "rows.xml": b"<rows/>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_FILES))
+def test_a_refused_data_file_is_said_in_chinese_and_as_before_in_english(name, tmp_path):
+    from assistant.wizard.stages import data
+
+    path = tmp_path / name
+    path.write_bytes(BROKEN_FILES[name])
+    english = data.check_custom(str(path))[2]
+    i18n.set_language("zh")
+    try:
+        chinese = data.check_custom(str(path))[2]
+    finally:
+        i18n.set_language("en")
+    assert english and chinese and english != chinese
+    said = "\n".join(chinese)
+    assert not english_left(said.replace(str(tmp_path), "")), said
+    assert not re.search(r"Expecting|Extra data|Unterminated|delimiter", said), said
+
+
+def test_every_data_file_refusal_and_json_problem_has_chinese():
+    from pathlib import Path
+
+    from engine.jsonio import _PARSER_WORDS
+
+    root = Path(__file__).resolve().parents[2] / "engine" / "data"
+    codes = {f"data.file.{code}" for path in root.rglob("*.py")
+             for code in re.findall(r"refusal\(\s*\"(\w+)\"", path.read_text(encoding="utf-8"))}
+    codes |= {f"json.{code}" for _, code in _PARSER_WORDS} | {"json.at_line", "json.at_column", "json.problem"}
+    assert len(codes) > 25
+    assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]}

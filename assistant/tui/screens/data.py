@@ -18,7 +18,7 @@ from textual.widgets import Button, Checkbox, Input, Label, RadioSet, SelectionL
 from textual.widgets.selection_list import Selection
 
 from assistant.formatting import safe
-from assistant.i18n import t, t_or
+from assistant.i18n import t, t_error, t_or
 from assistant.tui.messages import (DatasetsListed, FileChecked, Filled, Onboarded, PlaceholdersFound, PreviewLoaded,
                                     RowsCounted)
 from assistant.tui.screens.base import COMMON_KEYS, StageScreen
@@ -156,7 +156,7 @@ class DataScreen(StageScreen):
         try:
             rows, hidden = data.shown_rows(data.list_datasets(folder, kind=self.kind), kind=self.kind)
         except Exception as exc:  # noqa: BLE001 - a broken dataset_info.json is shown, not raised
-            self.post_message(DatasetsListed(folder, [], error=str(exc)))
+            self.post_message(DatasetsListed(folder, [], error=t_error(exc)))
             return
         counts, errors = {}, {}
         for row in rows:
@@ -164,7 +164,7 @@ class DataScreen(StageScreen):
                 try:
                     counts[row.name] = data.count_rows(folder, row.name)
                 except Exception as exc:  # noqa: BLE001
-                    errors[row.name] = str(exc)
+                    errors[row.name] = t_error(exc)
         self.post_message(DatasetsListed(folder, rows, hidden=hidden))
         self.post_message(RowsCounted(counts, errors))
 
@@ -224,7 +224,7 @@ class DataScreen(StageScreen):
         try:
             self.post_message(PreviewLoaded(name, data.preview(folder, name, limit)))
         except Exception as exc:  # noqa: BLE001
-            self.post_message(PreviewLoaded(name, [], error=str(exc)))
+            self.post_message(PreviewLoaded(name, [], error=t_error(exc)))
 
     def on_preview_loaded(self, message: PreviewLoaded) -> None:
         body = safe(message.error, keep_layout=True) if message.error else preview_markup(message.examples)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assistant.i18n import t, t_message
+from assistant.i18n import t, t_error, t_message
 from assistant.wizard.stages import Outcome, refused
 from assistant.wizard.state import WizardState
 from engine.resources import resource_dir
@@ -110,7 +110,7 @@ def find_dir(text: str) -> Outcome:
     try:
         folder = find_dataset_dir(text or "data")
     except EngineError as exc:
-        return refused(str(exc), code="no_dataset_dir")
+        return refused(t_error(exc), code="no_dataset_dir")
     return Outcome(None, notes=[str(folder)])
 
 
@@ -259,7 +259,7 @@ def fill_template(state: WizardState, dataset_dir: Path, name: str, values: dict
             entry = dict(spec.to_dict(), file_name=target.relative_to(dataset_dir).as_posix())
             register_dataset(dataset_dir, new_name, entry)
     except (EngineError, OSError, ValueError) as exc:
-        return refused(str(exc))
+        return refused(t_error(exc))
     datasets = [new_name if n == name else n for n in state.datasets]
     rows = {(new_name if k == name else k): v for k, v in state.dataset_rows.items()}
     chars = {(new_name if k == name else k): v for k, v in state.dataset_chars.items()}
@@ -344,7 +344,7 @@ def check_custom(path_text: str, *, kind: str = "conversations",
         if kind == "kto":
             return path, *check_kto(path, report)
     except EngineError as exc:
-        return path, None, [str(exc)]
+        return path, None, [t_error(exc)]
     return path, report, [describe_problem(p) for p in report.problems]
 
 
@@ -416,7 +416,7 @@ def onboard(state: WizardState, dataset_dir: Path, source: Path, name: str, *, c
     try:
         folder, moved = writable_dir(dataset_dir)
     except (EngineError, OSError) as exc:
-        return refused(str(exc))
+        return refused(t_error(exc))
     record, problems = bring_in(folder, source, name, convert=convert, kind="pairs" if ranking else kind)
     if record is None:
         return refused(*problems)
@@ -460,7 +460,7 @@ def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind:
     except FileExistsError:
         return None, [t("data.target_exists", path=str(target))]
     except (EngineError, OSError) as exc:
-        return None, [str(exc)]
+        return None, [t_error(exc)]
     return {"source": str(source), "name": name, "file": str(target), "converted": convert, "notes": notes}, []
 
 
