@@ -20,6 +20,7 @@ from engine.config import TrainConfig, config_to_dict, dump_yaml, ignored_keys, 
 from engine.config import validate as _validate
 from engine.config import warnings as _warnings
 from engine.errors import ConfigError, EngineError
+from engine.messages import Message
 from engine.names import check_name
 from engine.ownership import Lock, acquire, handover_env, holds_lock, marker_run, output_dir_problem
 from engine.runstatus import LIVE_STATES, ProcessIdentity, RunState, RunStatus, load_status_file
@@ -209,7 +210,9 @@ def wait_and_record(handle: RunHandle) -> RunStatus:
     if not handle.run.read_status().is_terminal:
         reason = f"training processes exited with code {code} before recording an end; see {handle.run.log_path}"
         handle.run.append_event("failed", reason=reason)
-        handle.run.update_status(state=RunState.FAILED, finished_at=time.time(), exit_reason=reason)
+        said = Message("run.exited_early", reason, {"code": code, "log": str(handle.run.log_path)})
+        handle.run.update_status(state=RunState.FAILED, finished_at=time.time(), exit_reason=reason,
+                                 exit_message=said.to_dict())
     return handle.run.read_status()
 
 
@@ -222,13 +225,14 @@ def _train_here(config: TrainConfig, run: RunDir, locks: list[Lock], on_log, sto
     try:
         return run_stage(config, run, on_log=on_log, stop=stop or StopFlag())
     except KeyboardInterrupt:
-        run.update_status(state=RunState.STOPPED, finished_at=time.time(), exit_reason="interrupted (Ctrl-C)")
+        run.update_status(state=RunState.STOPPED, finished_at=time.time(), exit_reason="interrupted (Ctrl-C)",
+                          exit_message=Message("run.interrupted", "interrupted (Ctrl-C)").to_dict())
         raise
     except EngineError as exc:
-        record_failure(run, str(exc))
+        record_failure(run, exc)
         raise
     except Exception as exc:
-        record_failure(run, f"{type(exc).__name__}: {exc}")
+        record_failure(run, exc)
         raise
     finally:
         for lock in locks:
@@ -309,7 +313,8 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
         data["resume_from_checkpoint"] = start_from
         dump_yaml(data, config_path)
         run.clear_stop_request()
-        run.update_status(state=RunState.PENDING, exit_reason=None, finished_at=None, resumed_at=time.time(),
+        run.update_status(state=RunState.PENDING, exit_reason=None, exit_message=None, finished_at=None,
+                          resumed_at=time.time(),
                           eta_s=None)  # the killed attempt's ETA would count down to 0:00 while this one loads
         run.append_event("resume_requested")
     except BaseException:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.messages import Message
+
 from engine.jsonio import fits_annotation
 
 STAGES = ("sft", "pt", "rm", "dpo", "kto")
@@ -166,6 +168,9 @@ class RunStatus:
     """Seconds of training of this attempt alone (since its last resume)."""
     eta_s: float | None = None
     exit_reason: str | None = None
+    exit_message: dict[str, Any] | None = None
+    """exit_reason as a code with its values (engine.messages.Message.to_dict()), for a front end in another
+    language; None where the reason has no code (a front end then shows exit_reason)."""
     notes: list[str] = field(default_factory=list)
     last_checkpoint: str | None = None
     loss_plot: str | None = None
@@ -270,6 +275,7 @@ def liveness_view(status: RunStatus) -> RunStatus:
         return status
     if status.process.alive() is False:
         return dataclasses.replace(status, state=RunState.FAILED, exit_reason=DEAD_PROCESS_REASON,
+                                   exit_message=Message("run.dead_process", DEAD_PROCESS_REASON).to_dict(),
                                    finished_at=status.finished_at or status.updated_at)
     return status
 

@@ -27,7 +27,7 @@ _current = "en"
 # In Chinese a number and its unit are written together (6行, 第3步, 0.7GiB): the screen breaks lines only at spaces,
 # and a CJK run has none, so a space between them was where "6" ended one line and "行…" began the next. A Latin unit
 # is joined only where Chinese text follows it: an English sentence of the engine's inside stays as it wrote it.
-_NUMBER_AND_UNIT = re.compile(r"(?<=\d) (?=(?:行|列|个|步|秒|条|轮|次|对|倍|项|层|张|位|分钟|小时|线程)|"
+_NUMBER_AND_UNIT = re.compile(r"(?<=\d) (?=(?:行|列|号|个|步|秒|条|轮|次|对|倍|项|层|张|位|分钟|小时|线程)|"
                               r"(?:[KMGT]i?B|token/s)(?:[^\x00-\x7f]|$))|(?<=第) (?=\d)")
 
 

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.messages import Message
 from engine.ownership import FolderInUse
 from engine.runstatus import ProcessIdentity, RunState
 from engine.rundir import RunDir
@@ -36,12 +37,22 @@ def announce_rank() -> None:
         print(f"rank {rank()} of {world_size()} started (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
-def record_failure(run: RunDir, reason: str) -> None:
-    """Record the first failure only: a later one (another rank dying of the first) would hide the cause."""
+def record_failure(run: RunDir, exc: BaseException, prefix: str = "") -> None:
+    """Record the first failure only: a later one (another rank dying of the first) would hide the cause. The
+    reason is the error's sentence (an engine error's own, else its type and text), with its code where it has
+    one (``exit_message``)."""
     if run.read_status().is_terminal:
         return
+    if isinstance(exc, EngineError):
+        reason, said = prefix + str(exc), exc.message
+    else:
+        reason = f"{prefix}{type(exc).__name__}: {exc}"
+        said = Message("run.crashed", reason.removeprefix(prefix), {"kind": type(exc).__name__, "error": str(exc)})
+    if said is not None and prefix:
+        said = Message("run.on_rank", reason, {"rank": rank(), "said": said})
     run.append_event("failed", reason=reason)
-    run.update_status(state=RunState.FAILED, finished_at=time.time(), exit_reason=reason)
+    run.update_status(state=RunState.FAILED, finished_at=time.time(), exit_reason=reason,
+                      exit_message=said.to_dict() if said is not None else None)
 
 
 def main(stage: str, argv: list[str] | None = None) -> int:
@@ -73,11 +84,11 @@ def main(stage: str, argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except EngineError as exc:
-        record_failure(run, prefix + str(exc))
+        record_failure(run, exc, prefix)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:  # noqa: BLE001 - record every death in status.json before exiting
-        record_failure(run, f"{prefix}{type(exc).__name__}: {exc}")
+        record_failure(run, exc, prefix)
         traceback.print_exc()
         return 1
     finally:

@@ -20,6 +20,7 @@ import torch
 from engine.config import TrainConfig, validate
 from engine.data.tokenized import TokenizedDataSaved
 from engine.errors import ConfigError, EngineError
+from engine.messages import Message
 from engine.ownership import claim_output_dir, record_outputs, recording_outputs
 from engine.parallel import setup_strategy
 from engine.runstatus import Resumed, RunState, RunStatus
@@ -174,7 +175,9 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
         logger.event("stopped", step=step)
         if strategy.is_main:
             run.clear_stop_request()
-        return finish(run, logger, RunState.STOPPED, step, f"stopped by request ({stop.reason}) at step {step}")
+        said = f"stopped by request ({stop.reason}) at step {step}"
+        return finish(run, logger, RunState.STOPPED, step, said,
+                      exit_message=Message("run.stopped", said, {"reason": stop.reason, "step": step}).to_dict())
 
     # 5. The result: the trained weights, the tokenizer with its template, what produced them, the loss plot.
     with recording_outputs(output_dir, run.run_id, enabled=strategy.is_main):
@@ -246,6 +249,7 @@ def _note(logger: RunLogger, note: str | None) -> None:
 
 
 def finish(run: RunDir, logger: RunLogger, state: RunState, step: int, reason: str, **fields) -> RunStatus:
+    fields.setdefault("exit_message", None)  # an earlier attempt's reason is no reason for this end
     if not logger.enabled:
         return RunStatus(state=state, step=step, exit_reason=reason)
     elapsed = logger.elapsed()  # elapsed_s too: a resume goes on from it, and a stop comes between two logs

@@ -4,6 +4,7 @@ defaults under its diff and the pre-flight's proposal are Chinese in zh, and in 
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -752,3 +753,55 @@ def test_every_data_file_refusal_and_json_problem_has_chinese():
     codes |= {f"json.{code}" for _, code in _PARSER_WORDS} | {"json.at_line", "json.at_column", "json.problem"}
     assert len(codes) > 25
     assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]}
+
+
+def test_why_a_run_ended_reads_in_chinese(zh, demo_model_dir, tmp_path, monkeypatch):
+    """A crash, a stop, a killed process and an engine error recorded by the trainer: each reason has its code."""
+    import dataclasses
+
+    import engine
+    from engine.messages import Message
+    from engine.rundir import iter_runs
+    from engine.runstatus import ProcessIdentity, RunState, liveness_view
+    from engine.training import loop
+
+    def crash(self, step, *args, **kwargs):
+        raise RuntimeError("the machine went away")
+
+    config = engine.load_config({"model_name_or_path": str(demo_model_dir), "dataset": "identity",
+                                 "dataset_dir": str(Path(__file__).resolve().parents[2] / "data"),
+                                 "template": "qwen", "max_samples": 8, "max_steps": 2,
+                                 "output_dir": str(tmp_path / "out")})
+    monkeypatch.setattr(loop.RunLogger, "step", crash)
+    with pytest.raises(RuntimeError):
+        engine.train(config, runs_dir=tmp_path / "runs")
+    status = next(iter_runs(tmp_path / "runs")).read_status()
+    assert status.exit_reason == "RuntimeError: the machine went away"  # the English record, as before
+    assert i18n.t_message(status.exit_message, status.exit_reason) == "训练进程出错：RuntimeError: the machine went away"
+
+    stopped = Message("run.stopped", "", {"reason": "SIGTERM", "step": 3}).to_dict()
+    assert i18n.t_message(stopped) == "应请求（SIGTERM）在第3步停止"
+    dead = liveness_view(dataclasses.replace(status, state=RunState.RUNNING,
+                                             process=ProcessIdentity(pid=2 ** 22 + 7, start_time=1.0,
+                                                                     host=ProcessIdentity.current().host)))
+    said = i18n.t_message(dead.exit_message, dead.exit_reason)
+    assert said.startswith("训练进程没有记录结束就退出了") and not english_left(said)
+
+
+def test_an_engine_error_that_ends_a_run_keeps_its_code(zh, tmp_path, monkeypatch):
+    from engine.errors import DataError
+    from engine.messages import Message
+    from engine.recipes.entry import record_failure
+    from engine.rundir import RunDir
+
+    monkeypatch.setenv("RANK", "1")  # the second process under torchrun
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.update_status(state="running")
+    error = DataError("x.json is empty (0 bytes).", message=Message("data.file.empty", "x.json is empty (0 bytes).",
+                                                                    {"path": "x.json"}))
+    record_failure(run, error, prefix="rank 1: ")
+    status = run.read_status()
+    assert status.exit_reason == "rank 1: x.json is empty (0 bytes)."
+    said = i18n.t_message(status.exit_message, status.exit_reason)
+    assert said.startswith("第1号进程：x.json 是空文件") and not english_left(said), said

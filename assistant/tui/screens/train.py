@@ -408,7 +408,7 @@ class TrainScreen(StageScreen):
             self.query_one("#continue").display = True
             self.query_one("#continue", Button).focus()
             return
-        reason = self.status.exit_reason or "-"
+        reason = t_message(self.status.exit_message, self.status.exit_reason or "-")
         checkpoint = train.newest_checkpoint(self.status)
         offer = t("train.offer_resume", checkpoint=train.display_path(checkpoint)) if checkpoint else \
             t("train.no_checkpoint")
