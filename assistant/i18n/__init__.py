@@ -18,7 +18,7 @@ from assistant.i18n.en import STRINGS as EN
 from assistant.i18n.zh import STRINGS as ZH
 
 CATALOGS: dict[str, dict[str, str]] = {"en": EN, "zh": ZH}
-ENGINE_ENGLISH: tuple[str, ...] = ("param.", "lf_default.", "engine.")
+ENGINE_ENGLISH: tuple[str, ...] = ("param.", "lf_default.", "engine.", "words.")
 """Key prefixes only the other languages' catalogs hold: in English the engine's own words show (a training
 parameter's help, engine.config.lf_defaults, a sentence of engine.messages), through `t_or` and `t_message`, so
 there is one English text to keep."""
@@ -89,19 +89,23 @@ def t_or(key: str, fallback: str, /) -> str:
 
 def t_message(message: object, fallback: str = "", /) -> str:
     """A sentence the engine gave as a code with its values (engine.messages.Message, or its dict): the catalog's
-    ``engine.<code>`` filled with the values (a nested message rendered the same way, a list of them joined), else
-    the engine's English text, else ``fallback`` (no message, or one stored before it had a code)."""
+    ``engine.<code>`` filled with the values (a nested message rendered the same way, a list of them joined, one
+    per line in a field named ``lines``), else the engine's English text, else ``fallback`` (no message, or one
+    stored before it had a code). Code ``words``: a phrase of a fixed table, the catalog's ``words.<English>``."""
     if hasattr(message, "to_dict"):
         message = message.to_dict()
     if not isinstance(message, dict) or not isinstance(message.get("code"), str):
         return fallback
     english = message.get("text") if isinstance(message.get("text"), str) else fallback
+    if message["code"] == "words":  # a phrase of a fixed table of the engine's, translated by its English text
+        return _set_type(CATALOGS[_current].get(f"words.{english}") or english)
     key = f"engine.{message['code']}"
     text = CATALOGS[_current].get(key) or EN.get(key)
     if not text:
         return english
     fields = message.get("fields") if isinstance(message.get("fields"), dict) else {}
-    values = {name: _field_words(value) for name, value in fields.items()}
+    values = {name: "\n".join(str(_field_words(item)) for item in value) if name == "lines" and
+              isinstance(value, list) else _field_words(value) for name, value in fields.items()}
     try:
         return _set_type(text.format(**values))
     except (KeyError, IndexError, ValueError, AttributeError):

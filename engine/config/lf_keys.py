@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.messages import Message
 from engine.readers import short_repr
 
 TRAIN, INFER, EXPORT = "train", "infer", "export"
@@ -38,13 +39,23 @@ class Rule:
 
     def decide(self, key: str, value: Any, purpose: str) -> str | None:
         """The refusal message for ``key: value`` in a ``purpose`` config; None when it is accepted (not used)."""
+        refusal = self.refusal(key, value, purpose)
+        return refusal.text if refusal else None
+
+    def refusal(self, key: str, value: Any, purpose: str) -> Message | None:
+        """``decide``'s sentence as a code with its values; the feature and the alternative are phrases of this
+        table (code ``words``: a front end translates them by their English text)."""
         if self.feature is None or purpose not in self.scope:
             return None
         if not self.always and _is_default(value, self.defaults):
             return None
         shown = "" if self.always else f": {_yaml_scalar(value)}"
-        message = f"`{key}{shown}` belongs to {self.feature}, which lf-assistant does not support"
-        return message + (f"; {self.alternative}." if self.alternative else ".")
+        text = f"`{key}{shown}` belongs to {self.feature}, which lf-assistant does not support"
+        fields = {"key": key, "shown": shown, "feature": Message("words", self.feature)}
+        if self.alternative:
+            return Message("config.lf_refused", f"{text}; {self.alternative}.",
+                           dict(fields, alternative=Message("words", self.alternative)))
+        return Message("config.lf_refused_bare", text + ".", fields)
 
     def unused_reason(self, purpose: str) -> str:
         if self.reason:

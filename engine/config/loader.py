@@ -140,7 +140,7 @@ def build(schema: Schema, data: dict[str, Any], label: str) -> tuple[Any, dict[s
     if errors:  # problems that all have a code keep them (a front end shows them in its language)
         text = "\n".join(errors)
         coded = None if None in messages else messages[0] if len(messages) == 1 else \
-            Message("config.problems", text, {"problems": messages})
+            Message("config.problems", text, {"lines": messages})  # one problem per line
         raise ConfigError(text, message=coded)
     return schema.cls(**kwargs), unused
 
@@ -152,8 +152,10 @@ def classify(schema: Schema, key: Any, value: Any, label: str) -> tuple[str | No
 
     rule = LF_KEYS.get(key) if isinstance(key, str) else None
     if rule is not None:
-        refusal = rule.decide(key, value, schema.purpose)
-        return refusal, "" if refusal else rule.unused_reason(schema.purpose), None
+        refusal = rule.refusal(key, value, schema.purpose)
+        if refusal is not None:
+            return refusal.text, "", refusal
+        return None, rule.unused_reason(schema.purpose), None
     for other in schemas().values():
         if other is not schema and (key in other.fields or key in other.aliases):
             return None, f"a key of the {WHAT[other.purpose]} config", None

@@ -387,7 +387,7 @@ def test_every_code_the_engine_gives_has_chinese():
     codes = {code for path in root.rglob("*.py")
              for code in re.findall(r"Message\(\s*\"([\w.]+)\"\s*[,)]", path.read_text(encoding="utf-8"))}
     assert len(codes) > 30
-    assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]}
+    assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]} - {"words"}
 
 
 def _converted_notes(workspace, name):
@@ -634,7 +634,7 @@ def test_a_config_that_is_a_list_or_has_unknown_keys_is_refused_in_chinese(zh, t
     assert said[0] == f"{tmp_path / 'sft.yaml'} 必须是键到值的映射（每行 key: value），而不是 list。"
     assert said[1] == f"{tmp_path / 'empty.yaml'} 是空的。配置文件应是键到值的映射（见 examples/）。"
     assert said[2] == "config 中有未知的键 'lerning_rate'。你是不是想写 'learning_rate'？"
-    assert said[3] == said[2] + "config 中有未知的键 'zzz_unheard_of'。有效的键见 `lf-assistant train --help`。"
+    assert said[3] == said[2] + "\nconfig 中有未知的键 'zzz_unheard_of'。有效的键见 `lf-assistant train --help`。"
     for text in said:
         assert not english_left(text), english_left(text)
     i18n.set_language("en")
@@ -805,3 +805,37 @@ def test_an_engine_error_that_ends_a_run_keeps_its_code(zh, tmp_path, monkeypatc
     assert status.exit_reason == "rank 1: x.json is empty (0 bytes)."
     said = i18n.t_message(status.exit_message, status.exit_reason)
     assert said.startswith("第1号进程：x.json 是空文件") and not english_left(said), said
+
+
+def test_every_refused_llamafactory_key_reads_in_chinese_and_as_before_in_english(zh):
+    """Each rule of the table refused with a value that is not its default: the whole sentence in Chinese, the
+    feature and the alternative included; the words table holds exactly the table's phrases."""
+    from engine.config.lf_keys import TRAIN
+    from engine.config.lf_table import LF_KEYS
+
+    phrases = {phrase for rule in LF_KEYS.values() for phrase in (rule.feature, rule.alternative) if phrase}
+    assert {key.removeprefix("words.") for key in i18n.CATALOGS["zh"] if key.startswith("words.")} == phrases
+    checked = 0
+    for key, rule in LF_KEYS.items():
+        refusal = rule.refusal(key, "on" if rule.always else 12345, TRAIN) or rule.refusal(key, "on", TRAIN)
+        if refusal is None:
+            continue
+        assert refusal.text == rule.decide(key, "on" if rule.always else 12345, TRAIN) or \
+            refusal.text == rule.decide(key, "on", TRAIN)
+        said = i18n.t_message(refusal)
+        assert "lf-assistant 不支持" in said and not english_left(said), (key, said)
+        checked += 1
+    assert checked > 100
+
+
+def test_several_config_problems_read_one_per_line_in_chinese(zh):
+    import engine
+
+    with pytest.raises(engine.ConfigError) as refused:
+        engine.load_config({"model_name_or_path": "m", "dataset": "d", "use_galore": True, "pure_bf16": True})
+    said = i18n.t_error(refused.value).splitlines()
+    assert said == ["`use_galore: true` 属于 LLaMA-Factory 的 GaLore 优化器，lf-assistant 不支持；低显存训练请用 "
+                    "finetuning_type: lora（或 freeze）。",
+                    "`pure_bf16: true` 属于 LLaMA-Factory 的纯 bf16 训练（没有 fp32 主权重），lf-assistant 不支持；请用 "
+                    "bf16: true。"]
+    assert str(refused.value).splitlines()[0].startswith("`use_galore: true` belongs to LLaMA-Factory's GaLore")
