@@ -107,7 +107,7 @@ def fits(value: Any, kinds: tuple[type, ...]) -> bool:
     return isinstance(value, kinds) and not (isinstance(value, float) and value != value)  # NaN is no value
 
 
-def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *, fix: str,
+def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *, fix: str | Message,
                 error: type[Exception] = ValueError, max_bytes: int = MAX_RECORD_BYTES,
                 what: str = "the record lf-assistant writes there") -> dict | None:
     """A JSON object lf-assistant wrote (a record beside a model, in a run folder), checked before it is trusted:
@@ -118,27 +118,51 @@ def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *,
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return None
+
+    def refused(code: str, text: str, **values: Any) -> Exception:
+        """`error` with the sentence; an engine error also carries it as ``record.<code>`` with its values, the
+        caller's fix and `what` as phrases a front end translates by their English text (code ``words``)."""
+        if not _takes_message(error):
+            return error(text)
+        said = Message(f"record.{code}", text, {"path": str(path), "what": Message("words", what), **values,
+                                                 "fix": fix if isinstance(fix, Message) else Message("words", fix)})
+        return error(text, message=said)
+
     try:
         with open(path, "rb") as stream:
             raw = stream.read(max_bytes + 1)
         if len(raw) > max_bytes:
-            raise error(f"{path} is larger than {max_bytes >> 20} MB, far larger than {what}. {fix}")
+            raise refused("too_large", f"{path} is larger than {max_bytes >> 20} MB, far larger than {what}. {fix}",
+                          limit=max_bytes >> 20)
         data = loads_json(raw.decode("utf-8"))
     except OSError as exc:
-        raise error(f"{path} cannot be read ({exc.strerror or exc}). {fix}") from None
+        reason = str(exc.strerror or exc)
+        raise refused("unreadable", f"{path} cannot be read ({reason}). {fix}", error=reason) from None
     except UnicodeDecodeError:
-        raise error(f"{path} is not UTF-8 text, so not {what}. {fix}") from None
+        raise refused("not_utf8", f"{path} is not UTF-8 text, so not {what}. {fix}") from None
     except json.JSONDecodeError as exc:
-        raise error(f"{path} is not valid JSON ({exc.msg}). {fix}") from None
+        problem = json_problem(exc)
+        raise refused("not_json", f"{path} is not valid JSON ({problem.fields['what'].text}). {fix}",
+                      problem=problem) from None
     if not isinstance(data, dict):
-        raise error(f"{path} must hold a JSON object, not {kind_words(data)}. {fix}")
+        raise refused("not_object", f"{path} must hold a JSON object, not {kind_words(data)}. {fix}",
+                      kind=Message("words", kind_words(data)))
     for name, kinds in fields.items():
         kinds = kinds if isinstance(kinds, tuple) else (kinds,)
         value = data.get(name)
         if value is not None and not fits(value, kinds):
-            wanted = " or ".join(dict.fromkeys(_KINDS.get(kind, kind.__name__) for kind in kinds))
-            raise error(f"{path}: the field {name!r} must be {wanted}, not {kind_words(value)}. {fix}")
+            options = list(dict.fromkeys(_KINDS.get(kind, kind.__name__) for kind in kinds))
+            raise refused("field_type", f"{path}: the field {name!r} must be {' or '.join(options)}, not "
+                          f"{kind_words(value)}. {fix}", name=repr(name),
+                          wanted=[Message("words", option) for option in options],
+                          kind=Message("words", kind_words(value)))
     return data
+
+
+def _takes_message(error: type[Exception]) -> bool:
+    from engine.errors import EngineError
+
+    return issubclass(error, EngineError)
 
 
 _ANNOTATION_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "bool": bool, "int": int,

@@ -51,10 +51,11 @@ _TRAINING_FIELDS = {"base_model": str, "finetuning_type": str, "template": str, 
 _EXPORT_FIELDS = {"base_model": str, "template": str}
 
 
-def _record_fix(path: Path) -> str:
+def _record_fix(path: Path) -> Message:
     writer = "training" if path.name == TRAINING_INFO_FILE else "export"
-    return (f"The file is damaged: {writer} writes it, so run the {writer} again, or delete {path} to go on "
-            "without it (the config's template is then used unchecked).")
+    return Message(f"record.fix_{writer}", f"The file is damaged: {writer} writes it, so run the {writer} again, or "
+                   f"delete {path} to go on without it (the config's template is then used unchecked).",
+                   {"path": str(path)})
 
 
 def read_training_info(folder: str | Path) -> dict | None:

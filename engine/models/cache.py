@@ -233,8 +233,8 @@ def _empty(path: Path) -> Message:
 
 def _said(exc: Exception, code: str) -> Message:
     """An error the check read from a file (a config.json or a weight index that cannot be read), with its
-    sentence as the detail: ``code`` says which file, the detail stays as the engine wrote it."""
-    return Message(code, str(exc), {"error": str(exc)})
+    sentence as the detail: ``code`` says which file, the detail its own message where it has one."""
+    return Message(code, str(exc), {"error": getattr(exc, "message", None) or str(exc)})
 
 
 def _weight_problems(root: Path) -> tuple[list[Message], int | None, list[Path]]:
@@ -297,13 +297,17 @@ def index_shards(index: Path) -> list[str]:
     data = read_record(index, {"weight_map": dict, "metadata": dict}, fix=fix, error=ModelError,
                        max_bytes=64 << 20, what="a weight index")
     weight_map = (data or {}).get("weight_map")
+    fixing = Message("words", fix)
     if not weight_map:
-        raise ModelError(f"{index} has no weight_map. {fix}")
+        text = f"{index} has no weight_map. {fix}"
+        raise ModelError(text, message=Message("models.index_no_map", text, {"path": str(index), "fix": fixing}))
     shards = set()
     for name in weight_map.values():
         if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
-            raise ModelError(f"{index} names the weight file {str(name)[:80]!r}, which is not a file in the model's "
-                             f"folder. {fix}")
+            shown = repr(str(name)[:80])
+            text = f"{index} names the weight file {shown}, which is not a file in the model's folder. {fix}"
+            raise ModelError(text, message=Message("models.index_outside", text,
+                                                   {"path": str(index), "name": shown, "fix": fixing}))
         shards.add(name)
     return sorted(shards)
 

@@ -814,7 +814,7 @@ def test_every_refused_llamafactory_key_reads_in_chinese_and_as_before_in_englis
     from engine.config.lf_table import LF_KEYS
 
     phrases = {phrase for rule in LF_KEYS.values() for phrase in (rule.feature, rule.alternative) if phrase}
-    assert {key.removeprefix("words.") for key in i18n.CATALOGS["zh"] if key.startswith("words.")} == phrases
+    assert phrases <= {key.removeprefix("words.") for key in i18n.CATALOGS["zh"] if key.startswith("words.")}
     checked = 0
     for key, rule in LF_KEYS.items():
         refusal = rule.refusal(key, "on" if rule.always else 12345, TRAIN) or rule.refusal(key, "on", TRAIN)
@@ -839,3 +839,34 @@ def test_several_config_problems_read_one_per_line_in_chinese(zh):
                     "`pure_bf16: true` 属于 LLaMA-Factory 的纯 bf16 训练（没有 fp32 主权重），lf-assistant 不支持；请用 "
                     "bf16: true。"]
     assert str(refused.value).splitlines()[0].startswith("`use_galore: true` belongs to LLaMA-Factory's GaLore")
+
+
+DAMAGED_MODEL_FILES = {  # (file, bytes): a model folder's config.json or weight index that cannot be used
+    "config_not_json": ("config.json", b'{"model_type": "llama",'),
+    "config_a_list": ("config.json", b"[1, 2]"),
+    "config_wrong_type": ("config.json", b'{"model_type": "llama", "num_hidden_layers": "thirty"}'),
+    "config_not_utf8": ("config.json", '{"model_type": "骆驼"}'.encode("gbk")),
+    "index_not_json": ("model.safetensors.index.json", b'{"weight_map": {"a": "x.safetensors"'),
+    "index_no_map": ("model.safetensors.index.json", b'{"metadata": {}}'),
+    "index_outside": ("model.safetensors.index.json", b'{"weight_map": {"a": "../../x.safetensors"}}'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED_MODEL_FILES))
+def test_a_damaged_model_folder_is_said_in_chinese(case, tmp_path):
+    from engine.models.cache import check_model_dir
+
+    name, content = DAMAGED_MODEL_FILES[case]
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
+    (tmp_path / name).write_bytes(content)
+    problems = [problem for problem in check_model_dir(tmp_path).problem_messages
+                if problem.code in ("models.cache.config_unreadable", "models.cache.index_unreadable")]
+    assert len(problems) == 1, check_model_dir(tmp_path).problem_messages
+    english = problems[0].text
+    i18n.set_language("zh")
+    try:
+        said = i18n.t_message(problems[0])
+    finally:
+        i18n.set_language("en")
+    assert said != english and name in said
+    assert not english_left(said.replace(str(tmp_path), "")), said
