@@ -40,10 +40,12 @@ def fetch_text(progress, human_bytes) -> str:
     package source is on (checking, extracting, importing) once they are all here, whole: a GGUF import's own step
     follows its colon (importing (2/5): dequantizing the weights: tensor 3 of 24)."""
     total, done = progress.total_bytes, progress.downloaded_bytes
-    if total and done < total:
-        return t("fetch.progress", share=f"{100 * done / total:.0f}%", size=human_bytes(total),
-                 rate=human_bytes(progress.rate_bps))
     phase = getattr(progress, "phase_message", None)  # the step in the interface language, where it has a code
+    if total and done < total:
+        line = t("fetch.progress", share=f"{100 * done / total:.0f}%", size=human_bytes(total),
+                 rate=human_bytes(progress.rate_bps))
+        slow = isinstance(phase, dict) and str(phase.get("code", "")).startswith("download.slow")
+        return line + "\n" + t_message(phase) if slow else line  # the advice to switch hub, under the share
     message = (t_message(phase, progress.message or "") if phase else (progress.message or "")).strip()
     if total and message and not message.startswith(("downloading", "asking", "fetching")):
         return t("fetch.phase", step=message)

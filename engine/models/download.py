@@ -71,7 +71,7 @@ class DownloadProgress:
     """What is happening, or advice (e.g. switch source when slow)."""
     phase_message: dict | None = None
     """``message`` as an engine.messages.Message dict while it is a step of the package source (checking,
-    extracting, importing)."""
+    extracting, importing) or the advice of a slow transfer."""
     check: CacheCheck | None = None
     """The final completeness check, when the transfer finished."""
 
@@ -354,9 +354,11 @@ class DownloadJob:
             # Past the transfer (the package source checks and imports afterwards) there is nothing to be slow.
             not_slow = rate >= self.slow_bps or self._total is None or bool(self._phase)
             slow_since = None if not_slow else (slow_since or now)
-            message = self._slow_message(rate) if slow_since and now - slow_since >= self.slow_after_s else ""
-            progress = _progress(done_bytes, self._total, rate, message or self._running_message())
-            if not message and self._phase:
+            slow = self._slow_message(rate) if slow_since and now - slow_since >= self.slow_after_s else None
+            progress = _progress(done_bytes, self._total, rate, slow.text if slow else self._running_message())
+            if slow is not None:
+                progress = replace(progress, phase_message=slow.to_dict())
+            elif self._phase:
                 progress = replace(progress, phase_message=self._phase_message)
             self._publish(progress)
             self._cancelled.wait(self.interval_s)
@@ -370,16 +372,20 @@ class DownloadJob:
             return self.note or f"asking {SITE[self.source]} for the file list of {self.repo_id}"
         return f"downloading {self.repo_id} from {SITE[self.source]} into {self.target}"
 
-    def _slow_message(self, rate: float) -> str:
+    def _slow_message(self, rate: float) -> Message:
+        """The advice while the transfer is slow: switch hub, where the model is on the other one."""
         other = "modelscope" if self.source == "hf" else "hf"
         entry = find_model(self.repo_id)
-        if self.repo_type == "dataset":
-            return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
-        if self.source == "package" or (other == "modelscope" and entry is not None and not entry.ms_id):
-            return f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
-        return (f"Slow: {human_bytes(rate)}/s from {SITE[self.source]} for {self.slow_after_s:.0f} s. Try the other "
-                f"hub: cancel and run `lf-assistant models download {self.repo_id} --source {other}` "
-                "(finished files are kept).")
+        values = {"rate": human_bytes(rate), "site": _site(self.source)}
+        plain = f"Slow: {human_bytes(rate)}/s from {SITE[self.source]}."
+        if self.repo_type == "dataset" or self.source == "package" or (
+                other == "modelscope" and entry is not None and not entry.ms_id):
+            return Message("download.slow", plain, values)
+        seconds = f"{self.slow_after_s:.0f}"
+        return Message("download.slow_switch", f"Slow: {human_bytes(rate)}/s from {SITE[self.source]} for {seconds} "
+                       f"s. Try the other hub: cancel and run `lf-assistant models download {self.repo_id} --source "
+                       f"{other}` (finished files are kept).",
+                       dict(values, seconds=seconds, repo=self.repo_id, other=other))
 
     def _final(self) -> DownloadProgress:
         done_bytes = _bytes_on_disk(self.target)
@@ -597,7 +603,13 @@ def _explain(exc: BaseException, source: str, repo_id: str, target: Path, repo_t
                 f"{switch.text}; run the same download again to resume.")
         return Message("download.unreachable", said, {"endpoint": endpoint(source), "error": f"{name}: {text}",
                                                       "switch": switch})
-    return Message("download.client_error", f"{name}: {text}", {"error": f"{name}: {text}"})
+    if isinstance(status, int) and status >= 500:
+        said = (f"{SITE[source]} answered {status} ({name}): the hub is having trouble, not your setup. Run the same "
+                f"download again later to resume, or {switch.text}.")
+        return Message("download.server_error", said, {"site": site, "status": status, "error": name,
+                                                       "switch": switch})
+    said = f"{name}: {text}. Run the same download again to resume; if it fails again, {switch.text}."
+    return Message("download.client_error", said, {"error": f"{name}: {text}", "switch": switch})
 
 
 def _worker(argv: list[str]) -> int:

@@ -121,10 +121,22 @@ def test_slow_download_suggests_the_other_source(online, monkeypatch, source_rep
         deadline = time.monotonic() + 20
         while "Slow" not in job.progress.message and time.monotonic() < deadline:
             time.sleep(0.1)
-        message = job.progress.message
+        progress = job.progress
         job.cancel()
         job.wait(30)
-    assert "Slow:" in message and "--source hf" in message
+    assert "Slow:" in progress.message and "--source hf" in progress.message
+    from assistant import i18n
+    from assistant.tui.app import fetch_text
+    from engine.models.cache import human_bytes
+
+    shown = fetch_text(progress, human_bytes)  # the wizard shows the advice under the share, in its language
+    assert shown.splitlines()[1] == progress.message
+    i18n.set_language("zh")
+    try:
+        shown = fetch_text(progress, human_bytes)
+    finally:
+        i18n.set_language("en")
+    assert "下载很慢" in shown and "--source hf" in shown and "Slow" not in shown
 
 
 def test_unknown_repo_fails_with_next_step(online, monkeypatch, source_repo, tmp_path):

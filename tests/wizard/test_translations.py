@@ -870,3 +870,22 @@ def test_a_damaged_model_folder_is_said_in_chinese(case, tmp_path):
         i18n.set_language("en")
     assert said != english and name in said
     assert not english_left(said.replace(str(tmp_path), "")), said
+
+
+def test_a_hub_error_without_a_known_cause_says_what_to_do_in_both_languages(zh, tmp_path):
+    from engine.models.download import _explain
+
+    class HfHubHTTPError(Exception):
+        def __init__(self, text, status):
+            super().__init__(text)
+            self.response = type("Response", (), {"status_code": status})()
+
+    server = _explain(HfHubHTTPError("503 Server Error: Service Unavailable", 503), "hf", "acme/m", tmp_path)
+    other = _explain(HfHubHTTPError("418 Client Error: I'm a teapot", 418), "hf", "acme/m", tmp_path)
+    assert server.text.startswith("Hugging Face answered 503 (HfHubHTTPError): the hub is having trouble")
+    assert other.text.startswith("HfHubHTTPError: 418 Client Error: I'm a teapot. Run the same download again")
+    assert "--source modelscope" in server.text and "--source modelscope" in other.text
+    for message in (server, other):
+        said = i18n.t_message(message)
+        assert "再次运行同一个下载" in said and "--source modelscope" in said, said
+        assert not english_left(said.replace("Client Error: I'm a teapot", "")), said
