@@ -17,10 +17,13 @@ async def test_one_enter_sets_the_placeholder_values(workspace):
         await pilot.press("enter")  # identity, the recommended data, has {{author}} and {{name}}
         await wait_until(pilot, lambda: on_screen(app, "AskValues"), what="placeholder values asked")
         author, name = app.screen.query_one("#value-0"), app.screen.query_one("#value-1")
-        assert app.focused is author and (author.value, name.value) == ("Acme Labs", "Nova")
+        # widget.focus() takes effect through call_later: wait for it rather than assert it at once
+        await wait_until(pilot, lambda: app.focused is author, timeout=5, what="the first value focused")
+        assert (author.value, name.value) == ("Acme Labs", "Nova")
         name.value = ""
         await pilot.press("enter")  # a field is empty: Enter goes to it instead of setting an empty name
-        assert on_screen(app, "AskValues") and app.focused is name
+        await wait_until(pilot, lambda: app.focused is name, timeout=5, what="the empty field focused")
+        assert on_screen(app, "AskValues")
         await pilot.press(*"Ada", "shift+tab")
         assert app.focused is author
         await pilot.press("enter")  # every field has a value: one Enter sets them, from whichever field
@@ -61,13 +64,15 @@ async def test_the_parameters_and_the_diff_scroll_with_the_keys_while_continue_h
         await pilot.press("a")  # every parameter: taller than the area
         await pilot.pause()
         table, diff, go_on = (app.screen.query_one(name) for name in ("#params", "#diff-view", "#continue"))
-        assert app.focused is go_on and table.max_scroll_y > 0
+        await wait_until(pilot, lambda: app.focused is go_on, timeout=5, what="Continue focused")
+        assert table.max_scroll_y > 0
         await pilot.press("pagedown", "down")
         await pilot.pause()
         assert table.scroll_y > 0 and table.cursor_row == 0 and app.focused is go_on
         await pilot.press("d")
         await pilot.pause()
         go_on.focus()  # back on Continue (Enter goes on), the diff still shown
+        await wait_until(pilot, lambda: app.focused is go_on, timeout=5, what="Continue focused again")
         assert diff.max_scroll_y > 0 and diff.scroll_y == 0
         await pilot.press("end")
         await pilot.pause()

@@ -47,7 +47,8 @@ async def test_the_prompts_are_answered_only_on_the_users_go_as_edited(workspace
         assert not app.screen.query_one("#progress").display and not app.screen.running
         prompts, answer = app.screen.query_one("#prompts"), app.screen.query_one("#run")
         assert prompts.text.splitlines() == app.screen.stage.settings["default_prompts"] and prompts.region.height
-        assert app.focused is answer and str(answer.label) == "Answer these prompts" and answer.region.height
+        await wait_until(pilot, lambda: app.focused is answer, timeout=5, what="the answer button focused")
+        assert str(answer.label) == "Answer these prompts" and answer.region.height
         assert "Shift+Tab to edit" in messages(app)
         await pilot.press("shift+tab")  # into the prompts: the user's own replace the suggested ones
         assert app.focused is prompts
