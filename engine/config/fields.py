@@ -17,6 +17,13 @@ from engine.messages import Message
 from engine.readers import short_repr
 
 
+def _bound_text(bound: float) -> str:
+    """A bound as a user types it: whole numbers in full (cutoff_len's 1048576, not :g's 1.04858e+06)."""
+    if float(bound).is_integer() and abs(bound) < 1e16:
+        return str(int(bound))
+    return f"{bound:g}"
+
+
 @dataclass(frozen=True)
 class Bounds:
     """A numeric range: ge/gt lower bound (inclusive/exclusive), le/lt upper bound. Values must also be finite."""
@@ -29,13 +36,13 @@ class Bounds:
     def describe(self) -> str:
         parts = []
         if self.ge is not None:
-            parts.append(f">= {self.ge:g}")
+            parts.append(f">= {_bound_text(self.ge)}")
         if self.gt is not None:
-            parts.append(f"> {self.gt:g}")
+            parts.append(f"> {_bound_text(self.gt)}")
         if self.le is not None:
-            parts.append(f"<= {self.le:g}")
+            parts.append(f"<= {_bound_text(self.le)}")
         if self.lt is not None:
-            parts.append(f"< {self.lt:g}")
+            parts.append(f"< {_bound_text(self.lt)}")
         return " and ".join(parts) or "finite"
 
     def message(self) -> Message:

@@ -80,7 +80,8 @@ def test_random_values(purpose, name, value):
 @pytest.mark.parametrize("key,value,expected", [
     ("num_train_epochs", float("inf"), "num_train_epochs must be a finite number"),
     ("val_size", float("nan"), "val_size must be a finite number"),
-    ("seed", -1, "seed must be >= 0 and < 4.29497e+09"),
+    ("seed", -1, "seed must be >= 0 and < 4294967296,"),
+    ("cutoff_len", 0, "cutoff_len must be >= 2 and <= 1048576,"),
     ("adam_beta1", 2, "adam_beta1 must be >= 0 and < 1"),
     ("lora_alpha", 0, "lora_alpha must be > 0"),
     ("warmup_steps", -5, "warmup_steps must be >= 0"),
