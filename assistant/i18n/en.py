@@ -132,6 +132,7 @@ STRINGS: dict[str, str] = {
     "data.preview": "Preview of {name} (green: what training learns)",
     "data.hub_only": "on a hub: `lf-assistant data download NAME` first",
     "data.file_missing": "file missing",
+    "data.file_outside": "file outside this folder: copy it in",
     "data.multimodal": "multimodal: unsupported",
     "data.not_pairs_file": "Not preference data: {rows} rows were read, but preference training needs a chosen and a rejected answer in every row (rows without them are listed below). Add them, or go back to stage 0 (Esc) and choose SFT.",
     "data.pairs_for_sft": "This file holds preference pairs (chosen/rejected): SFT cannot train on it. Go back to stage 0 (Esc) and choose DPO, ORPO or SimPO.",

@@ -132,6 +132,7 @@ STRINGS: dict[str, str] = {
     "data.preview": "{name} 预览（绿色：训练要学习的部分）",
     "data.hub_only": "在 Hub 上：先运行 `lf-assistant data download NAME`",
     "data.file_missing": "文件缺失",
+    "data.file_outside": "文件在此文件夹之外：请复制进来",
     "data.multimodal": "多模态：不支持",
     "data.not_pairs_file": "不是偏好数据：读取了 {rows} 行，但偏好训练要求每行都有 chosen 与 rejected 回答（缺少的行列在下方）。请补上，或回到阶段 0（Esc）选择 SFT。",
     "data.pairs_for_sft": "该文件是偏好数据（chosen/rejected）：SFT 不能用它训练。请回到阶段 0（Esc）选择 DPO、ORPO 或 SimPO。",

@@ -37,6 +37,13 @@ def test_multimodal_datasets_are_listed_as_not_usable(workspace):
     assert rows["identity"].available
 
 
+def test_a_file_name_outside_the_folder_is_listed_as_outside_not_missing(workspace):
+    rows = _listed_with(workspace, "escape", {"file_name": "../../etc/passwd"})
+    rows = {**rows, **_listed_with(workspace, "gone", {"file_name": "gone.json"})}
+    assert not rows["escape"].available and rows["escape"].note == "file outside this folder: copy it in"
+    assert not rows["gone"].available and rows["gone"].note == "file missing"
+
+
 def test_templated_dataset_is_filled_into_a_registered_copy(workspace):
     folder = workspace / "data"
     original = (folder / "identity.json").read_bytes()

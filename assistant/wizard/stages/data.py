@@ -131,9 +131,12 @@ def list_datasets(dataset_dir: Path, *, kind: str = "conversations", ranking: bo
             note = t("data.hub_only")
         else:
             try:
-                dataset_file_path(spec, Path(dataset_dir))
+                located = dataset_file_path(spec, Path(dataset_dir), must_exist=False)
             except EngineError:
-                available, note = False, t("data.file_missing")
+                available, note = False, t("data.file_outside")
+            else:
+                if not located.exists():
+                    available, note = False, t("data.file_missing")
         if holds != kind:
             available, note = False, t(f"data.holds_{holds}")
         try:
