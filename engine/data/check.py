@@ -179,7 +179,7 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
     tags).
     """
     path = Path(path)
-    read = read_rows(path)
+    read = _rows_of(path)
     problems = file_problems(read)
     file_format, ranking = detect_format(read.rows)
     if spec is not None:
@@ -203,6 +203,15 @@ def check_file(path: Path, *, formatting: str | None = None, spec: DatasetSpec |
         problems += _identical_pair_problems(read.rows, read.lines, spec)
     problems.sort(key=lambda p: (p.row is not None, p.row or 0))
     return CheckReport(path, file_format, rows, problems, ranking=ranking, spec=spec)
+
+
+def _rows_of(path: Path) -> RowsRead:
+    """The file's rows; a file that holds none (`[]`, no lines) raises DataError, as an empty file does: checking
+    it would report no problem, or an unknown format, and training refuses it."""
+    read = read_rows(path)
+    if not read.rows and not read.bad_lines:
+        raise DataError(f"{path} holds no rows. Write some rows into it, or pick another file.")
+    return read
 
 
 def file_problems(read: RowsRead) -> list[Problem]:
@@ -247,7 +256,7 @@ def check_text_file(path: Path) -> CheckReport:
     """Every problem of a pre-training text file (stage pt): rows without a non-empty ``text`` string, and text
     that spells control tokens; registered as LLaMA-Factory registers its c4_demo (the prompt column is text)."""
     path = Path(path)
-    read = read_rows(path)
+    read = _rows_of(path)
     problems = file_problems(read)
     for index, row in enumerate(read.rows):
         text = row.get("text") if isinstance(row, dict) else None

@@ -97,6 +97,17 @@ def test_data_check_reports_each_hostile_file_clearly(name, tmp_path):
     assert _digest(path) == before
 
 
+@pytest.mark.parametrize("file_name,flags", [("rows.json", []), ("rows.json", ["--format", "alpaca"]),
+                                             ("rows.json", ["--format", "text"]),
+                                             ("rows.jsonl", ["--format", "sharegpt"])])
+def test_a_file_that_holds_no_rows_is_refused_never_ok(file_name, flags, tmp_path):
+    path = tmp_path / file_name
+    path.write_text("[]\n")
+    result = _run("data", "check", path, *flags)
+    assert result.exit_code == 2, result.output
+    assert "holds no rows" in result.output and "rows: ok" not in result.output, result.output
+
+
 @pytest.fixture()
 def hostile_registry(tmp_path, demo_model_dir):
     """Every corpus file registered in one dataset_dir, and a training config on the demo model."""
