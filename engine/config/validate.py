@@ -192,7 +192,11 @@ def _model_problems(c: TrainConfig) -> list[str]:
     if model:
         path = Path(model).expanduser()
         looks_local = model.startswith((".", "/", "~")) or path.exists()
-        if looks_local and not path.is_dir():
+        if path.exists() and not path.is_dir():
+            problems.append(f"model_name_or_path {clip(model, 200)} is a file, not a model folder. Give the folder "
+                            "that holds its config.json and weights (a .gguf file: `lf-assistant models import "
+                            "FILE` makes one).")
+        elif looks_local and not path.is_dir():
             problems.append(f"model_name_or_path {clip(model, 200)} does not exist. Give an existing folder, a hub id "
                             "(org/name), or leave it empty for the built-in demo model.")
         elif looks_local and not (path / "config.json").is_file():

@@ -121,3 +121,13 @@ def test_the_module_names_each_key_takes_are_the_ones_its_check_accepts(demo_mod
         assert engine.validate(config(demo_model_dir, finetuning_type=method, **{key: names})) == [], key
     assert module_names("Qwen/Qwen3-0.6B", "lora_target") is None  # a hub id is not inspected
     assert module_names(model, "dataset") is None
+
+
+@pytest.mark.parametrize("name", ["weights.safetensors", "model.gguf"])
+def test_a_model_path_that_is_a_file_is_named_a_file_not_missing(tmp_path, name):
+    weights = tmp_path / name
+    weights.write_bytes(b"not a folder")
+    problems = engine.validate(config(weights))
+    assert any(p.startswith(f"model_name_or_path {weights} is a file, not a model folder") for p in problems), \
+        problems
+    assert not any("does not exist" in p for p in problems), problems
