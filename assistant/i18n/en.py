@@ -183,6 +183,7 @@ STRINGS: dict[str, str] = {
     "model.fetch_started": "Started in the background: you can go on; progress is on the left.",
     "model.empty": "Type a model id or a folder.",
     "model.missing_path": "{path} does not exist. Give an existing folder, or a hub id such as Qwen/Qwen3-0.6B.",
+    "model.file_path": "{path} is a file, not a model folder. Give the folder that holds its config.json and weights (a .gguf file: `lf-assistant models import FILE` makes one).",
     "model.not_resolved": "Check the model first (Enter in the model field).",
     "model.not_local": "The model is not on this machine: start the download (or build) first.",
     "model.download_interrupted": "the download stopped when the assistant closed; start it again to resume",

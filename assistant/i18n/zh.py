@@ -183,6 +183,7 @@ STRINGS: dict[str, str] = {
     "model.fetch_started": "已在后台开始：你可以继续操作，进度显示在左侧。",
     "model.empty": "请输入模型 ID 或目录。",
     "model.missing_path": "{path} 不存在。请给出已有的目录，或 Hub ID（如 Qwen/Qwen3-0.6B）。",
+    "model.file_path": "{path} 是文件，不是模型目录。请给出包含 config.json 和权重的目录（.gguf 文件可用 `lf-assistant models import FILE` 转成目录）。",
     "model.not_resolved": "请先检查模型（在模型框中按回车）。",
     "model.not_local": "本机没有该模型：请先开始下载（或构建）。",
     "model.download_interrupted": "助手关闭时下载中断；再次开始即可断点续传",

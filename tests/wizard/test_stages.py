@@ -101,6 +101,9 @@ def test_models_resolve_or_say_what_to_do(workspace, skill, demo_model_dir):
     assert model.fetch_plan(demo.state, skill).kind == "none"
     missing = model.resolve(state, skill, "./no/such/folder")
     assert missing.code == "missing_path" and "does not exist" in missing.problems[0]
+    (workspace / "weights.gguf").write_bytes(b"GGUF")
+    a_file = model.resolve(state, skill, str(workspace / "weights.gguf"))
+    assert a_file.code == "missing_path" and "is a file, not a model folder" in a_file.problems[0]
     unknown = model.resolve(state, skill, "someone/unheard-of-model")
     assert unknown.code == "unsupported" and "template" in unknown.problems[0]
     custom = model.resolve(state, skill, "someone/unheard-of-model", template="qwen3")

@@ -121,12 +121,14 @@ def warning_words(resolution) -> list[str]:
 
 def resolve(state: WizardState, skill: Skill, text: str, *, template: str | None = None) -> Outcome:
     """Resolve what the user typed; refusals carry code "unsupported" (offer another model or a template),
-    "missing_path" (the folder does not exist) or "no_example"."""
+    "missing_path" (no such folder, or a file) or "no_example"."""
     text = (text or "").strip()
     if not text:
         return refused(t("model.empty"))
     if _looks_like_path(text) and not Path(text).expanduser().exists():
         return refused(t("model.missing_path", path=text), code="missing_path")
+    if Path(text).expanduser().is_file():
+        return refused(t("model.file_path", path=text), code="missing_path")
     from engine.models.resolve import resolve_model
 
     try:
