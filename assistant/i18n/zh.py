@@ -503,6 +503,7 @@ STRINGS: dict[str, str] = {
     "engine.models.cache.too_small": "权重只有 {size}，而 {params} 参数的模型约需 {expected}：缺少文件，或者这不是你要的模型",
     "engine.models.cache.not_a_folder": "{path} 不是文件夹",
     "engine.models.cache.does_not_exist": "{model} 不存在",
+    "engine.models.cache.is_a_file": "{model} 是文件，不是模型目录（模型目录包含 config.json 和权重）",
     "engine.models.cache.not_found": "本机没有找到 {model}",
     "engine.models.folder_name_mismatch": "{folder} 的名称对应 {model}，但它的 config.json 中 model_type 为 {model_type!r}：请确认该文件夹里是你要的模型。",
     "engine.models.chat_template_mismatch": "config.json 表明是 {family}，但分词器的对话模板看起来像 {chat_family}：如果模型是在后者基础上微调的，请使用模板 {template!r}。",

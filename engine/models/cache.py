@@ -76,6 +76,8 @@ class CacheCheck:
 
     def summary(self) -> str:
         """One or a few lines for the CLI and TUI."""
+        if self.path is None and self.problem_messages and self.problem_messages[0].code == "models.cache.is_a_file":
+            return self.problems[0]
         if self.path is None:
             places = ", ".join(str(p) for p in self.searched[:6]) or "nowhere"
             more = f" (+{len(self.searched) - 6} more)" if len(self.searched) > 6 else ""
@@ -498,6 +500,10 @@ def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheC
     given = Path(model).expanduser()
     if given.is_dir():
         return check_model_dir(given, params_b=_hub_ids(given.name)[1])
+    if given.is_file():
+        text = f"{model} is a file, not a model folder (a folder with config.json and the weights)"
+        return CacheCheck(None, False, None, [text], searched=[given],
+                          problem_messages=[Message("models.cache.is_a_file", text, {"model": model})])
     if _looks_like_path(model):
         text = f"{model} does not exist"
         return CacheCheck(None, False, None, [text], searched=[given],

@@ -158,6 +158,15 @@ def test_models_dir_and_not_found(tmp_path: Path) -> None:
     assert find_local_model("./no/such/folder").problems == ["./no/such/folder does not exist"]
 
 
+def test_a_file_given_as_the_model_is_named_a_file(tmp_path: Path) -> None:
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(b"GGUF")
+    found = find_local_model(str(weights))
+    assert found.path is None and not found.complete
+    assert found.summary() == f"{weights} is a file, not a model folder (a folder with config.json and the weights)"
+    assert found.problem_messages[0].code == "models.cache.is_a_file"
+
+
 def test_prefers_a_complete_copy_over_a_partial_one(tmp_path: Path, monkeypatch) -> None:
     models = tmp_path / "models"
     shell = models / "tiny"
