@@ -72,6 +72,8 @@ def _register_optional() -> None:
             module = importlib.import_module(f"assistant.cli.{name}")
         except ModuleNotFoundError:
             continue
+        for info in module.app.registered_commands:
+            info.help = info.help or _help(info.callback)
         app.add_typer(module.app, name=name, help=help_text)
     singles = {"demo-model": ("demo", "demo_model"), "gpus": ("gpus", "gpus"), "chat": ("chat", "chat"),
                "export": ("export", "export"), "launch": ("launch", "launch")}

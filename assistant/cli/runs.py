@@ -14,6 +14,7 @@ from assistant.formatting import fmt_duration
 from assistant.i18n import t, t_or
 
 FINISHED_STATES = ("completed", "failed", "stopped")
+RUNS_DIR_HELP = "Runs folder (default ./lf_runs)."
 
 
 def lookup_name(run_id: str) -> str:
@@ -48,7 +49,7 @@ def run_document(row: dict, runs_dir: Optional[Path]) -> dict:
 
 
 @fail_on_engine_error
-def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
+def list_runs(runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
               tui: bool = typer.Option(False, "--tui", help="Open the runs review in the TUI: configs, diff "
                                        "tables, loss charts, validation answers; compare two runs."),
               json_out: bool = typer.Option(False, "--json", help="Print {\"runs\": [...]} as JSON "
@@ -123,7 +124,7 @@ def status_document(run, status) -> dict:
 @fail_on_engine_error
 def status(run_id: str = typer.Argument(..., help="Run id (or a unique prefix)."),
            follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
-           runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+           runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
            json_out: bool = typer.Option(False, "--json", help="Print the status as JSON (docs/cli-json.md); with "
                                          "--follow one line per change, the last when it ended.")) -> None:
     """Show a run's state, step/total, latest loss and ETA; exit 1 when it failed."""
@@ -183,7 +184,7 @@ def _follow_text(run, follow: bool):
 
 @fail_on_engine_error
 def stop(run_id: str = typer.Argument(..., help="Run id (the whole id: no prefix)."),
-         runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+         runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
          force: bool = typer.Option(False, "--force", help="Also send SIGTERM to the training's processes (after "
                                     "checking they are that run's, not a reused pid).")) -> None:
     """Stop a running training at the end of its current step; it saves a checkpoint first and can be resumed."""
@@ -195,7 +196,7 @@ def stop(run_id: str = typer.Argument(..., help="Run id (the whole id: no prefix
 
 @fail_on_engine_error
 def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or stopped run (the whole id)."),
-                 runs_dir: Optional[Path] = typer.Option(None, "--runs-dir"),
+                 runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
                  detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default)."),
                  checkpoint: Optional[str] = typer.Option(
                      None, "--checkpoint", metavar="N",

@@ -201,6 +201,20 @@ def test_help_names_no_type_after_flags():
     assert re.search(r"--runs-dir\s+<path>", invoke("runs", "--help", columns=100).output)
 
 
+def test_every_option_and_argument_says_what_it_is():
+    import typer.main
+
+    root = typer.main.get_command(app)
+    for path in [(), *_commands()]:
+        command = root
+        for name in path:
+            command = command.commands[name]
+        silent = [param.name for param in command.params if not (getattr(param, "help", None) or "").strip()]
+        assert not silent, (path, silent)
+        if path:  # the commands list shows the first paragraph with its line breaks: keep it one paragraph
+            assert "\n" not in (command.help or "").split("\n\n")[0], (path, command.help)
+
+
 def test_status_follow_json_prints_json_lines_until_the_end(runs):
     result = invoke("status", LONG_ID, "--runs-dir", runs, "--follow", "--json")
     lines = result.output.splitlines()
