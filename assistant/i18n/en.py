@@ -144,7 +144,7 @@ STRINGS: dict[str, str] = {
     "data.not_available": "{name} cannot be used: {note}.",
     "data.empty_values": "Give a value for: {names}.",
     "data.no_such_file": "{path} does not exist. Check the path (relative paths start at the working folder).",
-    "data.bad_name": "{name!r} cannot be a dataset name: use letters, digits, - or _ (no commas or slashes).",
+    "data.bad_name": "{name!r} cannot be a dataset name: use letters, digits, - or _ (no commas, slashes or control characters, not starting with . or -).",
     "data.working_copy_taken": "{folder} is not empty and holds no dataset_info.json, so it is not the working copy of the project's data that would be made there. Move its files elsewhere or start lf-assistant from another folder; nothing in it was changed.",
     "data.target_exists": "{path} already exists in the dataset folder. Choose another name.",
     "data.row": "row {row}",

@@ -144,7 +144,7 @@ STRINGS: dict[str, str] = {
     "data.not_available": "{name} 无法使用：{note}。",
     "data.empty_values": "请填写：{names}。",
     "data.no_such_file": "{path} 不存在。请检查路径（相对路径从当前工作目录算起）。",
-    "data.bad_name": "{name!r} 不能作为数据集名称：请使用字母、数字、- 或 _（不要逗号或斜杠）。",
+    "data.bad_name": "{name!r} 不能作为数据集名称：请使用字母、数字、- 或 _（不要逗号、斜杠或控制字符，不要以 . 或 - 开头）。",
     "data.working_copy_taken": "{folder} 不是空目录，且没有 dataset_info.json，因此不是将在此创建的项目数据工作副本。请把其中的文件移走，或从其他目录启动 lf-assistant；其中的文件未被改动。",
     "data.target_exists": "数据目录中已有 {path}。请换一个名称。",
     "data.row": "第 {row} 行",

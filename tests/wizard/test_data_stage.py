@@ -258,3 +258,22 @@ def test_an_entry_naming_too_few_columns_is_listed_with_why(workspace):
     rows = _listed_with(workspace, "old", {"file_name": "identity.json", "columns": {"system": "system"}})
     assert not rows["old"].available and 'names no "prompt"' in rows["old"].note
     assert rows["identity"].available
+
+
+@pytest.mark.parametrize("name", ["a\x1b[2Jb", "new\nline", ".hidden", "-x", "a\\b", "x" * 300, "a,b", "../up"])
+def test_a_dataset_name_that_cannot_be_a_file_or_list_entry_is_refused(workspace, name):
+    source = workspace / "mine.json"
+    source.write_text(json.dumps([{"instruction": "q", "output": "a"}]))
+    folder = workspace / "data"
+    before = sorted(p.name for p in folder.iterdir()), (folder / "dataset_info.json").read_bytes()
+    record, problems = data.bring_in(folder, source, name, convert=False)
+    assert record is None and "cannot be a dataset name" in problems[0]
+    assert (sorted(p.name for p in folder.iterdir()), (folder / "dataset_info.json").read_bytes()) == before
+
+
+@pytest.mark.parametrize("name", ["身份", "my_data-2", "v1.2"])
+def test_a_dataset_name_in_any_script_is_accepted(workspace, name):
+    source = workspace / "mine.json"
+    source.write_text(json.dumps([{"instruction": "q", "output": "a"}]))
+    record, problems = data.bring_in(workspace / "data", source, name, convert=False)
+    assert problems == [] and record["name"] == name

@@ -440,7 +440,7 @@ def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind:
 
     kind = "pairs" if ranking else kind
     name = (name or "").strip()
-    if not name or "," in name or "/" in name:
+    if _bad_dataset_name(name):
         return None, [t("data.bad_name", name=name)]
     convert = convert and kind in ("pairs", "conversations")  # the repairs know alpaca and sharegpt rows only
     dataset_dir = Path(dataset_dir).resolve()
@@ -465,6 +465,14 @@ def bring_in(dataset_dir: Path, source: Path, name: str, *, convert: bool, kind:
     except (EngineError, OSError) as exc:
         return None, [t_error(exc)]
     return {"source": str(source), "name": name, "file": str(target), "converted": convert, "notes": notes}, []
+
+
+def _bad_dataset_name(name: str) -> bool:
+    """Whether `name` cannot name a dataset: it becomes the copy's file name, one entry of a comma-separated
+    `dataset:` list and text on the screen, so no separators, no hidden or option-like start, no control
+    characters (an escape sequence would rewrite the terminal), and short enough for a file name."""
+    return (not name or any(char in name for char in ",/\\") or name[0] in ".-" or len(name.encode()) > 200
+            or not name.isprintable())
 
 
 def _entry_for(target: Path, kind: str) -> tuple[dict, list[str]]:
