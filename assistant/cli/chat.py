@@ -25,7 +25,7 @@ def chat(
                                        "earlier validation output (default: validation.jsonl beside the prompt "
                                        "file; never the prompt file itself)."),
     base: bool = typer.Option(False, "--base", help="With --prompts: also answer with the base model, side by side."),
-    batch_size: int = typer.Option(16, "--batch-size", help="With --prompts: prompts generated together."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="With --prompts: prompts generated together."),
     system: Optional[str] = typer.Option(None, "--system", help="System prompt of the conversation."),
     completion: bool = typer.Option(False, "--completion", help="With --prompts: continue each prompt as plain "
                                     "text, without the chat template (a continued pre-training run, stage pt)."),

@@ -24,7 +24,7 @@ CPU_PRECISION = {
 
 def gpus(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON (docs/cli-json.md).")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for each vendor tool.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for each vendor tool.")] = 10.0,
 ) -> None:
     """List GPUs with memory use, utilisation and what holds busy ones; say which would be used."""
     # engine.devices imports neither torch nor transformers at module level: this command stays fast.

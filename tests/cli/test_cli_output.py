@@ -215,6 +215,17 @@ def test_every_option_and_argument_says_what_it_is():
             assert "\n" not in (command.help or "").split("\n\n")[0], (path, command.help)
 
 
+@pytest.mark.parametrize("args,option", [(["chat", "{config}", "--prompts", "{prompts}", "--batch-size", "0"],
+                                          "--batch-size"),
+                                         (["gpus", "--timeout", "-1"], "--timeout")])
+def test_a_count_or_time_below_its_range_is_refused_before_anything_loads(tmp_path, args, option):
+    config, prompts = tmp_path / "infer.yaml", tmp_path / "prompts.txt"
+    config.write_text(f"model_name_or_path: {tmp_path / 'model'}\ntemplate: qwen\n")
+    prompts.write_text("hello\n")
+    result = invoke(*[a.format(config=config, prompts=prompts) for a in args], columns=200)
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
+
+
 def test_status_follow_json_prints_json_lines_until_the_end(runs):
     result = invoke("status", LONG_ID, "--runs-dir", runs, "--follow", "--json")
     lines = result.output.splitlines()
