@@ -80,6 +80,9 @@ def _run_folder(config: TrainConfig, runs_dir, run_id: str | None, run_dir) -> t
         path.mkdir(parents=True, exist_ok=True)
         return RunDir(path), created
     root = runs_root(runs_dir)
+    if root.exists() and not root.is_dir():
+        raise EngineError(f"The runs folder {root} is a file, not a folder. Give --runs-dir (or $LFA_RUNS_DIR) a "
+                          "folder, or leave it out for ./lf_runs.")
     root.mkdir(parents=True, exist_ok=True)
     if run_id is not None:
         path = root / check_name("run id", run_id)

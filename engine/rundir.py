@@ -283,6 +283,8 @@ def find_run(run_id: str, runs_dir: str | Path | None = None, *, prefix: bool = 
         raise EngineError(f"Run id {run_id!r} matches several runs: {', '.join(m.run_id for m in matches[:5])}. "
                           "Give more of the id.")
     listing = f" Recent runs: {', '.join(recent)}." if recent else " No runs exist yet."
+    if root.exists() and not _is_dir(root):
+        listing = " It is a file, not a runs folder: give --runs-dir the folder that holds the runs."
     raise EngineError(f"No run {run_id!r} under {root}.{listing} (`lf-assistant runs` lists them.)")
 
 

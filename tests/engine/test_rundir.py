@@ -206,3 +206,22 @@ def test_a_damaged_status_file_reads_as_damaged_never_as_pending(tmp_path, conte
     assert [row["state"] for row in engine.runs.list(tmp_path / "runs")] == ["failed"]
     with pytest.raises(EngineError, match="cannot be resumed in its folder: .*status.json"):
         engine.resume("r1", runs_dir=tmp_path / "runs")
+
+
+def test_a_runs_folder_that_is_a_file_is_named_a_file_and_left_alone(tmp_path):
+    from pathlib import Path
+
+    import engine
+    from engine.api import prepare_run
+    from engine.errors import EngineError
+    from engine.rundir import find_run
+
+    runs = tmp_path / "runs.txt"
+    runs.write_text("my notes")
+    repo = Path(__file__).resolve().parents[2]
+    config = engine.load_config({"dataset": "identity", "dataset_dir": str(repo / "data")})
+    with pytest.raises(EngineError, match="is a file, not a folder"):
+        prepare_run(config, runs_dir=runs)
+    with pytest.raises(EngineError, match="It is a file, not a runs folder"):
+        find_run("some-run", runs)
+    assert runs.read_text() == "my notes"
