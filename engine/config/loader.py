@@ -81,10 +81,10 @@ def load(purpose: str, source: str | Path | dict[str, Any], *overrides: str, **k
     problem = foreign_file_problem(data, known_keys(), label, purpose)  # the file's own keys, before overrides
     if problem:
         raise ConfigError(problem)
-    data.update(parse_overrides(list(overrides)))
-    data.update(kw_overrides)
+    given = {**parse_overrides(list(overrides)), **kw_overrides}
+    data.update(given)
     data = _apply_aliases(schema, data)
-    config, unused = build(schema, data, label)
+    config, unused = build(schema, data, label, overridden=frozenset(given))
     config.unused_keys = tuple(sorted(unused))
     if purpose == TRAIN:
         config.config_dir, config.given_keys = config_dir, tuple(str(key) for key in data)
@@ -117,8 +117,10 @@ def _apply_aliases(schema: Schema, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build(schema: Schema, data: dict[str, Any], label: str) -> tuple[Any, dict[str, str]]:
-    """The config instance and the keys accepted but not used (key -> why); ConfigError with every problem."""
+def build(schema: Schema, data: dict[str, Any], label: str,
+          overridden: frozenset = frozenset()) -> tuple[Any, dict[str, str]]:
+    """The config instance and the keys accepted but not used (key -> why); ConfigError with every problem.
+    A refused key in ``overridden`` came from the key=value overrides, not from the file ``label`` names."""
     kwargs: dict[str, Any] = {}
     unused: dict[str, str] = {}
     errors: list[str] = []
@@ -131,7 +133,7 @@ def build(schema: Schema, data: dict[str, Any], label: str) -> tuple[Any, dict[s
                 errors.append(str(exc))
                 messages.append(exc.message)
             continue
-        refusal, reason, coded = classify(schema, key, value, label)
+        refusal, reason, coded = classify(schema, key, value, "the key=value overrides" if key in overridden else label)
         if refusal:
             errors.append(refusal)
             messages.append(coded)

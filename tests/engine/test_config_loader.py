@@ -47,6 +47,17 @@ def test_overrides_and_keywords_apply_in_order(tmp_path):
     assert set(cfg.given_keys) == {"dataset", "max_steps", "learning_rate"}
 
 
+def test_an_unknown_key_is_blamed_on_where_it_was_written(tmp_path):
+    path = write(tmp_path, "dataset: identity\nlearnign_rate: 1\n")
+    with pytest.raises(ConfigError, match=f"Unknown key 'learnign_rate' in {re.escape(str(path))}"):
+        engine.load_config(path)
+    clean = write(tmp_path, "dataset: identity\n")
+    with pytest.raises(ConfigError, match="Unknown key 'learnign_rate' in the key=value overrides. Did you mean"):
+        engine.load_config(clean, "learnign_rate=1")
+    with pytest.raises(ConfigError, match="Unknown key 'export_sise' in the key=value overrides"):
+        load_export_config(write(tmp_path, "model_name_or_path: m\nexport_dir: out\n"), "export_sise=2")
+
+
 @pytest.mark.parametrize("alias,value,key,expected", [
     ("ulysses_size", 2, "cp_size", 2),
     ("context_parallel_size", 4, "cp_size", 4),
