@@ -69,6 +69,9 @@ def hub_dataset(spec: DatasetSpec) -> HubDataset:
         raise DataError(f"{where} is a cloud file ({spec.cloud_file_name}): LLaMA-Factory's s3/gcs reading needs "
                         "cloud credentials, which lf-assistant does not handle. Copy the file into dataset_dir and "
                         "register it with file_name.")
+    elif spec.file_name:
+        raise DataError(f"{where} is a local file ({short_repr(spec.file_name, 200)} in dataset_dir): there is "
+                        "nothing to download; train on it as it is.")
     else:
         raise DataError(f"{where} names no hub repository and no file_name.")
     if source != "script" and not _HUB_ID.fullmatch(repo):  # a legacy canonical dataset has no org (wiki_qa)

@@ -170,6 +170,21 @@ def test_a_damaged_download_list_is_named_and_never_counts_as_complete(data_dir,
     assert words in check_snapshot(folder).problems[0]
 
 
+def test_downloading_a_local_dataset_says_it_is_local(tmp_path):
+    from typer.testing import CliRunner
+
+    from assistant.cli.main import app
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "mine.json").write_text(json.dumps([{"instruction": "q", "output": "a"}]))
+    (folder / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "mine.json"}}))
+    result = CliRunner().invoke(app, ["data", "download", "mine", "--dataset-dir", str(folder)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert "is a local file ('mine.json' in dataset_dir): there is nothing to download" in result.output
+
+
 def test_the_hub_is_chosen_as_llamafactory_chooses_it(data_dir, monkeypatch):
     from engine.data.registry import DatasetSpec
 
