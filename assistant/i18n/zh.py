@@ -524,6 +524,7 @@ STRINGS: dict[str, str] = {
     "engine.download.failed": "下载失败：{reason}",
     "engine.download.incomplete": "下载已结束，但文件夹不完整：{problems}。请再次运行同一个下载，补齐缺少的部分。",
     "engine.download.demo_model": "{model} 是内置的演示模型：它在本机构建，不需要下载（`lf-assistant demo-model`）。",
+    "engine.download.not_a_hub_id": "{model} 既不是模型库中的名称，也不是 org/name 形式的 Hub ID；没有下载任何内容。`lf-assistant models list` 列出模型库。",
     "engine.download.not_hosted": "{site} 上没有 {model}；请使用 --source hf。",
     "engine.download.no_package_source": "{model} 没有包索引来源；有包索引来源的模型：{models}。",
     "engine.download.switch_source": "改用 {flag}",

