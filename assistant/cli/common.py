@@ -113,6 +113,9 @@ def model_code_file(exc: BaseException) -> str | None:
 def _os_error_message(exc: OSError) -> str:
     names = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name)
     where = f"{names}: " if names else ""
+    if isinstance(exc, NotADirectoryError) and exc.filename2 is None:
+        # a parent of the path is a file: the OS words ("Not a directory") do not say which part or what to do
+        return f"{where}one of its parent folders is a file. Give a path whose folders are folders."
     return f"{where}{exc.strerror or exc}. Check the path, its permissions and the free disk space."
 
 

@@ -97,6 +97,9 @@ def install(
     from engine.errors import ConfigError
     from engine.jsonio import write_text_atomic
 
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--dir {folder} is a file, not a folder; nothing was written. Give the folder SKILL.md "
+                          "goes into.")
     target = folder / "SKILL.md"
     if target.exists() and not force:
         existing = target.read_text(encoding="utf-8", errors="replace")

@@ -226,6 +226,22 @@ def test_a_count_or_time_below_its_range_is_refused_before_anything_loads(tmp_pa
     assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
 
 
+def test_an_output_path_through_a_file_says_the_file_is_in_the_way(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    data = REPO / "data" / "identity.json"
+    said = {"skills install --dir FILE": (["skills", "install", "--dir", notes], "is a file, not a folder"),
+            "skills install --dir FILE/sub": (["skills", "install", "--dir", notes / "sub"],
+                                              "one of its parent folders is a file"),
+            "data check --fix FILE/x.json": (["data", "check", data, "--fix", notes / "x.json"],
+                                             f"{notes} is a file, not a folder")}
+    for case, (args, words) in said.items():
+        result = invoke(*args, columns=250)
+        assert result.exit_code == 2 and words in result.output, (case, result.output)
+        assert "File exists" not in result.output and "Not a directory" not in result.output, (case, result.output)
+    assert notes.read_text() == "mine"
+
+
 def test_status_follow_json_prints_json_lines_until_the_end(runs):
     result = invoke("status", LONG_ID, "--runs-dir", runs, "--follow", "--json")
     lines = result.output.splitlines()
