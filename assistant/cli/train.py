@@ -40,8 +40,12 @@ def train(
     console = Console(highlight=False, stderr=json_out)
     if run_id is not None:
         check_name("run id", run_id)
+    if gpus:
+        _gpu_indices(gpus)  # a mistyped --gpus is refused with --check too
     config = _shipped_if_missing(config, console)
     cfg = engine.load_config(config, *(overrides or []))
+    if nproc_per_node is not None:  # before validation: its range is checked with the config's keys
+        cfg.nproc_per_node = nproc_per_node
     skipped = list(cfg.unused_keys)
     problems = engine.validate(cfg)
     if check and not problems:
@@ -67,8 +71,6 @@ def train(
         _print_default_differences(cfg, console)
         console.print(f"[green]{safe(config)}: no problems found.[/]")
         return
-    if nproc_per_node:
-        cfg.nproc_per_node = nproc_per_node
     run_dir = _pin_gpus(cfg, gpus, runs_dir, run_id) if gpus else None
     if detach or (cfg.nproc_per_node or 1) > 1:
         _train_detached(cfg, console, detach=detach, json_out=json_out, runs_dir=runs_dir, run_id=run_id,
@@ -189,12 +191,8 @@ def _emit_check(config: Path, cfg, skipped: list[str], problems: list[str]) -> N
                                     "notes": check_notes(cfg)}))
 
 
-def _pin_gpus(cfg, gpus: str, runs_dir, run_id) -> Path:
-    """Prepare the run folder with the GPU choice (device.json), as the wizard's GPU stage does: the launcher,
-    resume-train and the wizard's later stages all read it. In-process training gets the visibility variable
-    here, before CUDA starts."""
-    from engine.api import prepare_run
-    from engine.devices import check_process_count, detect_devices, make_choice, save_choice
+def _gpu_indices(gpus: str) -> list[int]:
+    """The indices --gpus names; DeviceError when it is not a comma-separated list of them."""
     from engine.errors import DeviceError
 
     try:
@@ -203,7 +201,17 @@ def _pin_gpus(cfg, gpus: str, runs_dir, run_id) -> Path:
         raise DeviceError(f"--gpus {gpus!r}: give GPU indices separated by commas, e.g. 0,1.") from None
     if not indices:
         raise DeviceError("--gpus: name at least one GPU index, e.g. --gpus 0.")
-    choice = make_choice(detect_devices(), indices)
+    return indices
+
+
+def _pin_gpus(cfg, gpus: str, runs_dir, run_id) -> Path:
+    """Prepare the run folder with the GPU choice (device.json), as the wizard's GPU stage does: the launcher,
+    resume-train and the wizard's later stages all read it. In-process training gets the visibility variable
+    here, before CUDA starts."""
+    from engine.api import prepare_run
+    from engine.devices import check_process_count, detect_devices, make_choice, save_choice
+
+    choice = make_choice(detect_devices(), _gpu_indices(gpus))
     if cfg.nproc_per_node:
         check_process_count(choice, cfg.nproc_per_node)
     else:

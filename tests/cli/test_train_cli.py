@@ -69,6 +69,16 @@ def test_broken_config_gets_a_message(name, tmp_path):
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
+@pytest.mark.parametrize("options,expected", [(["--gpus", "0;rm"], "give GPU indices separated by commas"),
+                                              (["--nproc-per-node", "-1"], "nproc_per_node must be >= 1"),
+                                              (["--nproc-per-node", "0"], "nproc_per_node must be >= 1")])
+def test_check_refuses_the_launch_options_training_would_refuse(options, expected, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"dataset: identity\ndataset_dir: {REPO / 'data'}\n")
+    result = invoke("train", path, "--check", *options)
+    assert result.exit_code == 2 and expected in " ".join(result.output.split()), result.output
+
+
 def test_bad_dataset_rows_are_reported_before_training(demo_model_dir, tmp_path):
     (tmp_path / "rows.json").write_text('[{"instruction": "hi", "output": ""}, {"instruction": 3, "output": "x"}]')
     (tmp_path / "dataset_info.json").write_text('{"rows": {"file_name": "rows.json"}}')
