@@ -58,6 +58,18 @@ def _hide_flag_types() -> None:
 _hide_flag_types()
 
 
+def checked_language(value: str | None) -> str | None:
+    """--lang's callback: a language the interface offers (en, zh, or a locale name such as zh_CN), else a usage
+    error, where an unknown one fell back to English without a word."""
+    if value is None:
+        return None
+    from assistant.i18n import LANGUAGES, normalize
+
+    if normalize(value) is None:
+        raise typer.BadParameter(f"{plain(value)!r} is not an interface language; use {' or '.join(LANGUAGES)}.")
+    return value
+
+
 def fail_on_engine_error(function):
     """Wrap a command: EngineError prints its message (exit 2); a file-system error names the file (exit 2); any
     other exception is a bug, printed as one line (exit 3) unless LFA_DEBUG=1 asks for the traceback."""

@@ -14,7 +14,7 @@ import typer
 from assistant.cli import runs as runs_cli
 from assistant.cli import train as train_cli
 from assistant.cli import web as web_cli
-from assistant.cli.common import fail_on_engine_error
+from assistant.cli.common import checked_language, fail_on_engine_error
 
 app = typer.Typer(
     name="lf-assistant",
@@ -33,7 +33,8 @@ def main(
     ctx: typer.Context,
     resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN_ID",
                                          help="Reopen the TUI at the stage where run RUN_ID stopped."),
-    lang: Optional[str] = typer.Option(None, "--lang", help="Interface language: en or zh (default: from locale)."),
+    lang: Optional[str] = typer.Option(None, "--lang", callback=checked_language,
+                                       help="Interface language: en or zh (default: from locale)."),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
     resume_last: bool = typer.Option(False, "--resume-last", help="Reopen the newest unfinished wizard session "
                                      "(a new one when there is none); what each browser tab of `web` runs."),

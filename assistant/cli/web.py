@@ -30,7 +30,7 @@ from typing import Optional
 
 import typer
 
-from assistant.cli.common import print_error
+from assistant.cli.common import checked_language, print_error
 
 TOKEN_COOKIE = "lfa_token_{port}"  # per port: browsers share cookies across the ports of one host
 TOKEN_ENV = "LFA_WEB_TOKEN"
@@ -70,7 +70,7 @@ def web(
                                         f"URL must carry (?token=...); default: a random one, printed in the URL. Also "
                                         f"read from ${TOKEN_ENV}."),
     runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs folder (default ./lf_runs)."),
-    lang: Optional[str] = typer.Option(None, "--lang", help="Interface language: en or zh."),
+    lang: Optional[str] = typer.Option(None, "--lang", callback=checked_language, help="Interface language: en or zh."),
 ) -> None:
     """Serve the guided wizard in a browser (each tab continues the newest unfinished session; closing a tab
     never stops training). Ctrl+C stops the server."""

@@ -242,6 +242,12 @@ def test_an_output_path_through_a_file_says_the_file_is_in_the_way(tmp_path):
     assert notes.read_text() == "mine"
 
 
+@pytest.mark.parametrize("args", [["--lang", "xx", "runs"], ["web", "--lang", "klingon"]])
+def test_an_interface_language_not_offered_is_refused(args):
+    result = invoke(*args, columns=200)
+    assert result.exit_code == 2 and "is not an interface language; use en or zh" in result.output, result.output
+
+
 def test_status_follow_json_prints_json_lines_until_the_end(runs):
     result = invoke("status", LONG_ID, "--runs-dir", runs, "--follow", "--json")
     lines = result.output.splitlines()
