@@ -57,7 +57,8 @@ def read_bytes(path: str | Path, max_bytes: int, what: str, error: type[EngineEr
     """The file as text: refused when missing, a folder, too big, binary or not UTF-8."""
     path = Path(path)
     if not path.is_file():
-        where = "is a folder" if path.is_dir() else "does not exist"
+        where = ("is a folder" if path.is_dir() else "is not a regular file (a pipe or a device); give a file"
+                 if path.exists() else "does not exist")
         raise error(f"{what} {path} {where}.")
     with open(path, "rb") as stream:
         data = stream.read(max_bytes + 1)

@@ -92,6 +92,18 @@ def test_bad_files_get_clear_errors(tmp_path, content, match):
         read_yaml(path)
 
 
+def test_a_pipe_or_device_is_named_as_such_and_never_read(tmp_path):
+    import os
+
+    pipe = tmp_path / "c.yaml"
+    os.mkfifo(pipe)  # reading it would wait for a writer forever
+    for path in (pipe, Path("/dev/null")):
+        with pytest.raises(ConfigError, match="is not a regular file"):
+            read_yaml(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_yaml(tmp_path / "absent.yaml")
+
+
 def test_oversized_file_is_refused_before_parsing(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("x: " + "a" * (2 << 20))
