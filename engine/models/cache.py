@@ -491,6 +491,14 @@ def candidate_dirs(model: str, models_dir: Path) -> list[tuple[Where, Path]]:
     return list(dict.fromkeys(out))
 
 
+def _kind(path: Path) -> str | None:
+    """"folder", "file" or None (nothing there, or a name the file system refuses: too long, say)."""
+    try:
+        return "folder" if path.is_dir() else "file" if path.exists() else None
+    except OSError:  # ENAMETOOLONG: pathlib lets it through, and no model can live there
+        return None
+
+
 def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheCheck:
     """Find `model` (a folder, a hub id or a registry name) on this machine and check it.
 
@@ -498,9 +506,9 @@ def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheC
     CacheCheck with path None listing where it looked.
     """
     given = Path(model).expanduser()
-    if given.is_dir():
+    if _kind(given) == "folder":
         return check_model_dir(given, params_b=_hub_ids(given.name)[1])
-    if given.is_file():
+    if _kind(given) == "file":
         text = f"{model} is a file, not a model folder (a folder with config.json and the weights)"
         return CacheCheck(None, False, None, [text], searched=[given],
                           problem_messages=[Message("models.cache.is_a_file", text, {"model": model})])
@@ -512,7 +520,7 @@ def find_local_model(model: str, *, models_dir: Path = Path("models")) -> CacheC
     candidates = candidate_dirs(model, Path(models_dir))
     partial: list[CacheCheck] = []
     for where, folder in candidates:
-        if not folder.is_dir():
+        if _kind(folder) != "folder":
             continue
         check = check_model_dir(folder, params_b=params_b)
         check.where = where

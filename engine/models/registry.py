@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.errors import ModelError
 from engine.messages import Message
+from engine.readers import short_repr
 from engine.resources import resource_dir
 
 EXAMPLES_DIR = resource_dir("examples")
@@ -295,7 +296,7 @@ def get_model(id_or_name: str) -> ModelEntry:
     names = sorted({k for e in MODELS.values() for k in (e.id, e.name)})
     close = difflib.get_close_matches(id_or_name, names, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ModelError(f"{id_or_name!r} is not in the model registry.{hint} "
+    raise ModelError(f"{short_repr(id_or_name, 200)} is not in the model registry.{hint} "
                      "See `lf-assistant models list` for the supported models, or pass a local folder / hub id "
                      "together with a chat template (template: ...).")
 

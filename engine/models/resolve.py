@@ -21,6 +21,7 @@ from typing import Literal
 
 from engine.errors import ModelError
 from engine.messages import Message
+from engine.readers import clip
 from engine.jsonio import read_json_dict as _read_json
 from engine.models.cache import find_local_model
 from engine.models.gguf_file import IMPORT_RECORD
@@ -222,6 +223,7 @@ def _unknown_message(model: str, folder: Path | None) -> Message:
     where = (f"its folder {folder} has no config.json model_type or chat template we recognise" if folder
              else "it is not on this machine, so its config.json could not be read "
                   "(download it first with `lf-assistant models download ID`, then try again)")
+    model = clip(model, 200)  # a mistyped argument can be any length; the message quotes its start
     text = (f"Cannot tell which model family and chat template {model!r} needs: it is not in the model registry "
             f"and {where}. Two ways forward: (1) pick a supported model (`lf-assistant models list`, e.g. "
             "Qwen/Qwen3-4B-Instruct-2507); or (2) keep this model and name its chat template yourself "

@@ -205,3 +205,22 @@ def test_cli_check_reports_an_empty_shell(tmp_path: Path) -> None:
     complete = make_tiny_repo(tmp_path / "tiny", weight_bytes=2**16)
     result = CliRunner().invoke(app, ["check", str(complete)])
     assert result.exit_code == 0 and "complete:" in result.output and "rule: config.json" in result.output
+
+
+@pytest.mark.parametrize("model", ["b" * 300, "a/" + "b" * 300])
+def test_a_name_too_long_for_the_file_system_is_not_found_not_a_crash(tmp_path: Path, model: str) -> None:
+    found = find_local_model(model, models_dir=tmp_path / "models")
+    assert found.path is None and not found.complete and "not found locally" in found.summary()
+
+
+def test_an_unknown_model_is_quoted_short_however_long_it_was_typed() -> None:
+    from engine.errors import ModelError
+    from engine.models.registry import get_model
+    from engine.models.resolve import resolve_model
+
+    with pytest.raises(ModelError) as refused:
+        get_model("a" * 100_000)
+    assert len(str(refused.value)) < 1000
+    with pytest.raises(ModelError) as refused:  # 250: still a file name the file system takes
+        resolve_model("a" * 250)
+    assert "a" * 200 not in str(refused.value)
