@@ -163,8 +163,14 @@ def classify(schema: Schema, key: Any, value: Any, label: str) -> tuple[str | No
             return None, f"a key of the {WHAT[other.purpose]} config", None
     valid = list(schema.fields) + list(schema.aliases)
     near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-    hint = Message("config.did_you_mean", f" Did you mean {near[0]!r}?", {"key": near[0]}) if near else \
-        Message("config.see_valid_keys", " See `lf-assistant train --help` for the valid keys.")
+    words = set(str(key).lower().split("_")) - {""}
+    related = ", ".join(sorted(name for name in schema.fields if words & set(name.split("_")))[:8])
+    if near:
+        hint = Message("config.did_you_mean", f" Did you mean {near[0]!r}?", {"key": near[0]})
+    elif related:
+        hint = Message("config.related_keys", f" Keys with a word in common: {related}.", {"keys": related})
+    else:  # no key to point at: say where the keys are shown in use
+        hint = Message("config.see_valid_keys", " Check its spelling against the configs in examples/.")
     text = f"Unknown key {short_repr(key, 60)} in {label}.{hint.text}"
     return text, "", Message("config.unknown_key", text, {"key": short_repr(key, 60), "label": label, "hint": hint})
 

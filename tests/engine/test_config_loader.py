@@ -58,6 +58,16 @@ def test_an_unknown_key_is_blamed_on_where_it_was_written(tmp_path):
         load_export_config(write(tmp_path, "model_name_or_path: m\nexport_dir: out\n"), "export_sise=2")
 
 
+@pytest.mark.parametrize("key,hint", [
+    ("lora_bogus_thing", "Keys with a word in common: lora_alpha, lora_dropout, lora_rank, lora_target."),
+    ("zzz_unheard_of", "Check its spelling against the configs in examples/."),
+])
+def test_an_unknown_key_without_a_near_match_gets_a_hint_that_exists(tmp_path, key, hint):
+    with pytest.raises(ConfigError) as refused:
+        engine.load_config(write(tmp_path, f"dataset: identity\n{key}: 1\n"))
+    assert str(refused.value).endswith(hint) and "--help" not in str(refused.value)
+
+
 @pytest.mark.parametrize("alias,value,key,expected", [
     ("ulysses_size", 2, "cp_size", 2),
     ("context_parallel_size", 4, "cp_size", 4),

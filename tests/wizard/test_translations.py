@@ -634,7 +634,7 @@ def test_a_config_that_is_a_list_or_has_unknown_keys_is_refused_in_chinese(zh, t
     assert said[0] == f"{tmp_path / 'sft.yaml'} 必须是键到值的映射（每行 key: value），而不是 list。"
     assert said[1] == f"{tmp_path / 'empty.yaml'} 是空的。配置文件应是键到值的映射（见 examples/）。"
     assert said[2] == "config 中有未知的键 'lerning_rate'。你是不是想写 'learning_rate'？"
-    assert said[3] == said[2] + "\nconfig 中有未知的键 'zzz_unheard_of'。有效的键见 `lf-assistant train --help`。"
+    assert said[3] == said[2] + "\nconfig 中有未知的键 'zzz_unheard_of'。请对照 examples/ 中的配置检查拼写。"
     for text in said:
         assert not english_left(text), english_left(text)
     i18n.set_language("en")
@@ -643,7 +643,7 @@ def test_a_config_that_is_a_list_or_has_unknown_keys_is_refused_in_chinese(zh, t
         listed, f"{tmp_path / 'empty.yaml'} is empty. A config is a mapping of keys to values (see examples/).",
         "Unknown key 'lerning_rate' in config. Did you mean 'learning_rate'?",
         "Unknown key 'lerning_rate' in config. Did you mean 'learning_rate'?\nUnknown key 'zzz_unheard_of' in config. "
-        "See `lf-assistant train --help` for the valid keys.", listed]
+        "Check its spelling against the configs in examples/.", listed]
 
 
 DATA_FILES = {  # (kind the data stage reads it as, content): each line a problem the data check lists
