@@ -8,6 +8,7 @@ Either way the run folder is prepared first (lf_runs/<run_id>/ with its sft.yaml
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from pathlib import Path
@@ -19,6 +20,15 @@ from assistant.cli.common import plain
 from assistant.command import run_command
 
 
+def _checked_address(value: str) -> str:
+    """--master-addr's callback: a host name or an IPv4/IPv6 address goes into every node's command and the sbatch
+    script, so a space, a newline or a shell character is refused here rather than quoted there."""
+    if not re.fullmatch(r"[A-Za-z0-9._:%\[\]-]{1,255}", value):
+        raise typer.BadParameter(f"{plain(value, keep_layout=False)!r} is not a host name or an IP address "
+                                 "(letters, digits, '.', '-', ':' only).")
+    return value
+
+
 def launch(
     config: Path = typer.Argument(..., help="Training YAML (ours or LLaMA-Factory's).", show_default=False),
     overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides, e.g. max_steps=20"),
@@ -27,7 +37,8 @@ def launch(
         None, "--nproc-per-node", min=1, help="Processes per machine: one per GPU (default: the chosen GPUs; "
         "on CPU the config's nproc_per_node, else 1)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use on each node, e.g. 0,1,2,3."),
-    master_addr: str = typer.Option("HEAD_NODE_ADDRESS", "--master-addr", help="Node 0's address (multi-node)."),
+    master_addr: str = typer.Option("HEAD_NODE_ADDRESS", "--master-addr", callback=_checked_address,
+                                    help="Node 0's address (multi-node): a host name or an IP address."),
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535,
                                     help="Rendezvous port on node 0 (multi-node)."),
     print_only: bool = typer.Option(False, "--print", help="Only print the command for each node; start nothing."),

@@ -69,7 +69,7 @@ def test_generated_scripts_pass_hostile_paths_as_single_arguments(demo_model_dir
     marker = tmp_path / "pwned"
     runs = tmp_path / hostile(marker)
     config = write_config(tmp_path, demo_model_dir)
-    address = f"head$(touch {marker})"
+    address = "head-0"  # a hostile address is refused up front (test_a_master_addr_that_is_no_address...)
     launch(config, "--nnodes", "2", "--nproc-per-node", "2", "--print", "--slurm", "--runs-dir", runs,
            "--run-id", "multi", "--master-addr", address)
     run = runs / "multi"
@@ -116,3 +116,20 @@ def test_run_ids_that_are_not_names_are_refused_before_anything_is_written(demo_
         assert result.exit_code == 2, result.output
         assert "run id" in result.output and "Traceback" not in result.output
     assert not runs.exists() and not (tmp_path / "escaped").exists()
+
+
+@pytest.mark.parametrize("address", ["a\nrm -rf /", "$(reboot)", "host name", "`id`", ""])
+def test_a_master_addr_that_is_no_address_is_refused_before_anything_is_written(demo_model_dir, tmp_path, address):
+    config = write_config(tmp_path, demo_model_dir)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["launch", str(config), "--print", "--slurm", "--nnodes", "2",
+                                      "--master-addr", address, "--runs-dir", str(runs)], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "is not a host name or an IP address" in result.output, result.output
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1", "node-0.cluster", "[fe80::1%eth0]"])
+def test_host_names_and_ip_addresses_reach_the_rendezvous(demo_model_dir, tmp_path, address):
+    config = write_config(tmp_path, demo_model_dir)
+    result = launch(config, "--print", "--nnodes", "2", "--master-addr", address, "--runs-dir", tmp_path / "runs")
+    assert f"{address}:29500" in result.output
