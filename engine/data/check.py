@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.data.files import RowsRead, read_rows, refuse_output_path, write_rows_atomic
+from engine.data.files import RowsRead, read_rows, refusal, refuse_output_path, write_rows_atomic
 from engine.data.formats import ROLE_ALIASES, RowError, convert_record
 from engine.data.registry import TAG_DEFAULTS, DatasetSpec
 from engine.data.repair import ALPACA_FIELDS, fill_row, repair_rows
@@ -210,7 +210,7 @@ def _rows_of(path: Path) -> RowsRead:
     it would report no problem, or an unknown format, and training refuses it."""
     read = read_rows(path)
     if not read.rows and not read.bad_lines:
-        raise DataError(f"{path} holds no rows. Write some rows into it, or pick another file.")
+        raise refusal("no_rows", f"{path} holds no rows. Write some rows into it, or pick another file.", path=path)
     return read
 
 

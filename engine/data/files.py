@@ -278,4 +278,5 @@ def refuse_output_path(source: Path, out_path: Path) -> None:
         raise DataError(f"{out_path} already exists. Give a new file name (the copy never replaces a file).")
     blocking = next((parent for parent in Path(out_path).parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
-        raise DataError(f"Cannot write {out_path}: {blocking} is a file, not a folder. Give a path in a folder.")
+        raise refusal("parent_is_file", f"Cannot write {out_path}: {blocking} is a file, not a folder. Give a path "
+                      "in a folder.", path=out_path, blocking=blocking)

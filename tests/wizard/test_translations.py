@@ -721,6 +721,7 @@ BROKEN_FILES = {  # name -> bytes: each refused as a whole, or with the JSON par
     "gbk.json": '[{"instruction": "你好"}]'.encode("gbk"),
     "binary.json": b"\x00\x01\x02",
     "rows.xml": b"<rows/>",
+    "no_rows.json": b"[]",
 }
 
 
