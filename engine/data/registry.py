@@ -332,7 +332,9 @@ def register_dataset(dataset_dir: Path, name: str, spec: dict, *, overwrite: boo
     if info.get(name) == spec:
         return
     info[name] = spec
-    write_json_atomic(dataset_dir / INFO_FILE, info)
+    # A dataset_info.json that is a link (one registry shared by several folders) is updated where it lives: the
+    # atomic replace would otherwise put a plain file in place of the link, and the shared one would not learn of it.
+    write_json_atomic((dataset_dir / INFO_FILE).resolve(), info)
 
 
 def dataset_file_path(spec: DatasetSpec, dataset_dir: Path, *, must_exist: bool = True) -> Path:

@@ -170,3 +170,14 @@ def test_file_name_inside_the_dataset_dir_resolves(tmp_path):
     assert dataset_file_path(absolute, tmp_path) == tmp_path / "sub" / "a.json"
     with pytest.raises(DataError, match="does not exist"):
         dataset_file_path(parse_spec("z", {"file_name": "missing.json"}), tmp_path)
+
+
+def test_a_registry_that_is_a_link_is_updated_where_it_lives(tmp_path):
+    shared, folder = tmp_path / "shared", tmp_path / "project"
+    shared.mkdir(), folder.mkdir()
+    _info(shared, {"old": {"file_name": "old.json"}})
+    (folder / "dataset_info.json").symlink_to(shared / "dataset_info.json")
+    register_dataset(folder, "new", {"file_name": "new.json"})
+    assert (folder / "dataset_info.json").is_symlink()  # still the link the user made
+    assert set(json.loads((shared / "dataset_info.json").read_text(encoding="utf-8"))) == {"old", "new"}
+    assert sorted(p.name for p in shared.iterdir()) == ["dataset_info.json"]  # no temp file left behind
