@@ -349,10 +349,12 @@ def _checkpoint_name(checkpoint: str | int, output_dir: str | None) -> str:
     name = str(checkpoint).strip()
     name = f"checkpoint-{name}" if name.isdigit() else name
     complete = {p.name: p for p in find_complete_checkpoints(output_dir or "")}
+    if not complete:
+        raise EngineError(f"--checkpoint {checkpoint!r}: {output_dir} holds no complete checkpoint, so there is "
+                          "nothing to resume from. Start the run again (`lf-assistant train` with its config).")
     if name not in complete:
-        listing = ", ".join(complete) or "none"
         raise EngineError(f"--checkpoint {checkpoint!r} is not a complete checkpoint of {output_dir}; give N or "
-                          f"checkpoint-N of one of: {listing}.")
+                          f"checkpoint-N of one of: {', '.join(complete)}.")
     return str(complete[name])
 
 

@@ -415,3 +415,14 @@ def test_a_run_with_a_dated_tool_prompt_resumes_the_next_day(demo_llama_dir, tmp
     with pytest.raises(EngineError, match="saved while training on other samples"):  # a setting that encodes
         engine.train(config(demo_llama_dir, out, max_steps=8, resume_from_checkpoint="auto", **over,
                             train_on_prompt=True), runs_dir=runs)
+
+
+def test_a_checkpoint_asked_of_a_run_that_saved_none_is_refused_with_what_to_do(demo_model_dir, tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    handle = engine.train(config(demo_model_dir, out, max_steps=2, save_steps=100), runs_dir=runs, run_id="pk")
+    assert not list(out.glob("checkpoint-*"))
+    handle.run.update_status(state="failed")  # as a run killed before its first checkpoint would read
+    with pytest.raises(EngineError) as refused:
+        engine.resume("pk", runs_dir=runs, detach=False, checkpoint="1")
+    assert "holds no complete checkpoint, so there is nothing to resume from" in str(refused.value)
+    assert "one of" not in str(refused.value)
