@@ -56,6 +56,9 @@ def check_output_path(out_path: str | Path, inputs: list[str | Path]) -> None:
                               "overwritten. Give --out a new file name, e.g. answers.jsonl.")
     if out.is_dir():
         raise ConfigError(f"The output {out} is a folder. Give --out a file name, e.g. {out / 'validation.jsonl'}.")
+    if out.suffix.lower() != ".jsonl":  # what is written is JSON lines, whatever the name says
+        raise ConfigError(f"The output {out} would hold JSON lines (one answer per line) under a {out.suffix or 'bare'} "
+                          f"name. Give --out a .jsonl file name, e.g. {out.with_suffix('.jsonl').name}.")
     if out.exists() and not is_validation_output(out):
         raise ConfigError(f"{out} already exists and is not an lf-assistant validation output, so it is not "
                           "replaced. Give --out a new file name.")

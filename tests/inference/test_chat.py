@@ -175,3 +175,16 @@ def test_temperature_zero_decodes_greedily_as_llamafactory_does(lora_run, demo_m
     finally:
         greedy.close()
         cold.close()
+
+
+def test_answers_are_written_only_under_a_jsonl_name(tmp_path):
+    from engine.errors import ConfigError
+    from engine.inference.validate import check_output_path
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hi\n")
+    for name in ("answers.csv", "answers.json", "answers"):
+        with pytest.raises(ConfigError, match=r"would hold JSON lines .* Give --out a \.jsonl file name"):
+            check_output_path(tmp_path / name, [prompts])
+        assert not (tmp_path / name).exists()
+    check_output_path(tmp_path / "answers.jsonl", [prompts])
