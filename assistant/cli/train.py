@@ -269,8 +269,12 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: b
                         TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                         console=console, transient=False, disable=json_out)
     task = progress.add_task("train", total=None, loss="-")
+    shown = []  # the bar appears with the run's first line: a config refused before that draws no empty bar
 
     def on_log(row: dict) -> None:
+        if not shown:
+            progress.start()
+            shown.append(True)
         if "step" in row and "loss" in row:
             progress.update(task, completed=row["step"], total=row["total_steps"], loss=f"{row['loss']:.4f}")
         elif "eval_loss" in row:
@@ -278,8 +282,11 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: b
         elif "message" in row and row["message"].startswith(("NOTE", "resumed", "data:", "stage", "trainable")):
             progress.console.print(f"[dim]{safe(row['message'])}[/]")
 
-    with progress:
+    try:
         handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, on_log=on_log)
+    finally:
+        if shown:
+            progress.stop()
     status = handle.status()
     if json_out:
         _emit_status(handle)

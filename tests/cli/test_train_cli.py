@@ -102,3 +102,15 @@ def test_check_finds_what_the_template_says_once_it_meets_the_tokenizer(demo_mod
     result = invoke("train", path, "--check", "template=breeze", "train_on_prompt=true")
     assert result.exit_code == 2 and "'breeze' cannot train on prompts" in result.output, result.output
     assert invoke("train", path, "--check", "template=qwen").exit_code == 0
+
+
+def test_a_run_id_already_taken_is_refused_without_an_empty_progress_bar(demo_model_dir, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model_name_or_path: {demo_model_dir}\ndataset: identity\ndataset_dir: {REPO / 'data'}\n"
+                    f"template: qwen\nmax_steps: 1\nmax_samples: 8\noutput_dir: {tmp_path / 'a'}\n")
+    first = invoke("train", path, "--runs-dir", tmp_path / "runs", "--run-id", "mine")
+    assert first.exit_code == 0 and "training" in first.output and "1/1" in first.output  # the bar, when it trains
+    again = invoke("train", path, "output_dir=" + str(tmp_path / "b"), "--runs-dir", tmp_path / "runs",
+                   "--run-id", "mine")
+    assert again.exit_code != 0 and "already holds a run" in again.output
+    assert "training" not in again.output and "0/?" not in again.output
