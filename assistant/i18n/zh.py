@@ -838,6 +838,7 @@ STRINGS: dict[str, str] = {
     "engine.data.file.bad_lines": "{path}：第 {line} 行不是有效的 JSON：{problem}（另有 {more} 行有误）。请修正它们，或运行 `lf-assistant data check {path}` 列出所有问题。",
     "engine.data.file.no_rows": "{path} 里没有任何数据行。请写入一些数据行，或换一个文件。",
     "engine.data.file.parent_is_file": "无法写入 {path}：{blocking} 是文件而不是文件夹。请给出文件夹中的路径。",
+    "engine.data.file.no_folder": "无法写入 {path}：文件夹 {folder} 不存在。请先创建它，或给出一个已存在文件夹中的路径。",
     "engine.data.file.no_files": "{path} 里没有数据文件（{kinds}）。请把数据行放到这里。",
     "engine.data.file.mixed_types": "{path} 混有多种文件类型（{kinds}）；一个数据集文件夹只能放同一种类型的文件。请把这些文件分别注册为不同的数据集。",
     "engine.data.check.control_characters": "{rows} 行含有控制字符，第一处在这里：...{excerpt}...（已转义显示）。请确认这些转义序列确实属于训练文本。",

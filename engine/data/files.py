@@ -280,3 +280,7 @@ def refuse_output_path(source: Path, out_path: Path) -> None:
     if blocking is not None:
         raise refusal("parent_is_file", f"Cannot write {out_path}: {blocking} is a file, not a folder. Give a path "
                       "in a folder.", path=out_path, blocking=blocking)
+    folder = Path(os.path.abspath(out_path)).parent
+    if not folder.is_dir():  # a mistyped folder is not made: the copy would land where nobody looks for it
+        raise refusal("no_folder", f"Cannot write {out_path}: the folder {folder} does not exist. Create it first, "
+                      "or give a path in an existing folder.", path=out_path, folder=folder)

@@ -78,6 +78,9 @@ def test_check_fix_writes_a_repaired_copy_and_leaves_the_input(tmp_path):
     assert hashlib.sha256(source.read_bytes()).hexdigest() == before
     refused = _invoke("check", source, "--fix", source)
     assert refused.exit_code == 2 and "Refusing to write over the input" in refused.output
+    typo = _invoke("check", source, "--fix", tmp_path / "fixd" / "sub" / "fixed.json", "--fill", "name=Ada")
+    assert typo.exit_code == 2 and "does not exist. Create it first" in typo.output, typo.output
+    assert not (tmp_path / "fixd").exists()  # a mistyped folder is not made
 
 
 def test_check_rejects_bad_options(tmp_path):
