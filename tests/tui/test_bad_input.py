@@ -52,8 +52,10 @@ async def test_unsupported_model_and_missing_path_can_be_corrected(workspace):
         await pilot.press("enter")
         await wait_until(pilot, lambda: "template" in messages(app), what="unsupported message")
         assert app.screen.query_one("#template-box").display
-        await pilot.press("ctrl+n")
-        assert on_screen(app, "ModelScreen")  # cannot go on with an unresolved model
+        await pilot.press("ctrl+n")  # cannot go on with an unresolved model: it is checked again, and refused
+        await wait_until(pilot, lambda: not app.screen.checking and not app.screen.continue_when_resolved,
+                         what="the check answered")
+        assert on_screen(app, "ModelScreen") and "template" in messages(app)
         template = app.screen.query_one("#template-input")
         template.focus()
         await pilot.press(*"qwen3", "enter")
@@ -86,11 +88,13 @@ async def test_busy_gpus_are_never_chosen_silently(workspace):
         listing = str(app.screen.query_one("#gpu-list").render())
         assert "70.0/80 GiB, 99% — busy" in listing and "pid 4242" in listing
         await pilot.press("ctrl+n")
-        assert on_screen(app, "GpuScreen") and "detect again" in messages(app)
+        await wait_until(pilot, lambda: "detect again" in messages(app), timeout=10, what="the busy cards refused")
+        assert on_screen(app, "GpuScreen")
         app.screen.query_one("#q-busy_action").choose("share")
         await pilot.pause()
         await pilot.press("ctrl+n")
-        assert on_screen(app, "GpuScreen") and "index" in messages(app)
+        await wait_until(pilot, lambda: "index" in messages(app), timeout=10, what="an index asked for")
+        assert on_screen(app, "GpuScreen")
         app.screen.query_one("#indices").value = "1"
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: on_screen(app, "ConfigScreen"), what="config screen")

@@ -121,6 +121,7 @@ async def test_sft_only_data_is_refused_for_dpo(workspace):
         assert all(f"row {n}" in result for n in (1, 2, 3)) and "chosen" in result
         assert not app.screen.query_one("#onboard-row").display  # nothing to add: it is not pairs
         await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: "Select at least one dataset" in messages(app), timeout=10, what="refusal")
         assert on_screen(app, "DataScreen") and app.state.datasets == []
     info = json.loads((workspace / "data" / "dataset_info.json").read_text())
     assert "answers" not in info and sft_file.is_file()

@@ -98,8 +98,9 @@ async def test_stop_asks_first_then_saves_and_can_resume(workspace):
         await wait_until(pilot, lambda: on_screen(app, "TrainScreen") and app.screen.status.state == "stopped",
                          timeout=120, what="stopped")
         assert "resume" in messages(app)
-        await pilot.press("ctrl+n")
-        assert on_screen(app, "TrainScreen")  # a stopped run is not "done"
+        await pilot.press("ctrl+n")  # a stopped run is not "done"
+        await wait_until(pilot, lambda: "once it has completed" in messages(app), timeout=10, what="the refusal")
+        assert on_screen(app, "TrainScreen")
     run = RunDir(workspace / "lf_runs" / app.state.run_id)
     assert run.read_status().state == "stopped"
     assert find_complete_checkpoints(app.state.output_dir)  # stopping saved a checkpoint to resume from
