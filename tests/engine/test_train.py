@@ -275,19 +275,25 @@ def _crash_after_step(monkeypatch, at: int):
     monkeypatch.setattr(loop, "PROGRESS_EVERY_S", 0.0)
 
 
+def _crashed_run(config, tmp_path, monkeypatch, at: int):
+    """(run folder, its status) of a run of ``config`` whose machine went away after step ``at``."""
+    from engine.rundir import RunDir
+
+    with monkeypatch.context() as patched:
+        _crash_after_step(patched, at)
+        with pytest.raises(RuntimeError):
+            engine.train(config, runs_dir=tmp_path / "runs", run_id="first")
+    run = RunDir(tmp_path / "runs" / "first")
+    return run, run.read_status()
+
+
 def test_a_run_killed_between_two_logs_knows_how_far_it_got(demo_model_dir, tmp_path, monkeypatch):
     """Logged every 4 steps, saved every 3, killed after step 6: steps 4-6 are trained again, not 4 alone."""
-    from engine.rundir import iter_runs
     from engine.runstatus import Resumed
     from engine.training import loop
 
     config = tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=4)
-    with monkeypatch.context() as patched:
-        _crash_after_step(patched, 6)
-        with pytest.raises(RuntimeError):
-            engine.train(config, runs_dir=tmp_path / "runs")
-    run = next(iter_runs(tmp_path / "runs"))
-    crashed = run.read_status()
+    run, crashed = _crashed_run(config, tmp_path, monkeypatch, 6)
     assert crashed.state == "failed" and crashed.step == 6 and crashed.elapsed_s > 0
     assert max(row["step"] for row in run.read_metrics()) == 4  # the last log: it alone would say 4
     assert loop.PROGRESS_EVERY_S == 2.0
@@ -300,23 +306,17 @@ def test_a_run_killed_between_two_logs_knows_how_far_it_got(demo_model_dir, tmp_
 
 def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(demo_model_dir, tmp_path,
                                                                                monkeypatch):
-    from engine.rundir import iter_runs
     from engine.runstatus import Resumed
 
     config = tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1)
-    with monkeypatch.context() as patched:
-        _crash_after_step(patched, 5)
-        with pytest.raises(RuntimeError):
-            engine.train(config, runs_dir=tmp_path / "runs")
-    first = next(iter_runs(tmp_path / "runs"))
-    crashed = first.read_status()
+    first, crashed = _crashed_run(config, tmp_path, monkeypatch, 5)
     checkpoint = Path(crashed.output_dir) / "checkpoint-3"
     saved_at = json.loads((checkpoint / "trainer_state.json").read_text())["elapsed_s"]
     assert 0 < saved_at <= crashed.elapsed_s
 
     again = engine.train(tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1,
                                      output_dir=str(tmp_path / "second"), resume_from_checkpoint=str(checkpoint)),
-                         runs_dir=tmp_path / "runs")
+                         runs_dir=tmp_path / "runs", run_id="second")
     status = again.status()
     assert again.run.run_id != first.run_id and status.state == "completed" and status.step == 8
     assert status.resumes == [Resumed(from_step=3, reached_step=5, at=status.resumes[0].at)]
@@ -329,7 +329,7 @@ def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(d
     shutil.rmtree(first.path)
     third = engine.train(tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, logging_steps=1,
                                      output_dir=str(tmp_path / "third"), resume_from_checkpoint=str(checkpoint)),
-                         runs_dir=tmp_path / "runs")
+                         runs_dir=tmp_path / "runs", run_id="third")
     status = third.status()
     assert status.resumes == [Resumed(from_step=3, reached_step=None, at=status.resumes[0].at)]
     assert status.runtime_s == pytest.approx(saved_at + status.attempt_elapsed_s, abs=0.05)
