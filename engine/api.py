@@ -32,6 +32,21 @@ def validate(config: TrainConfig) -> list[str]:
     return _validate(config)
 
 
+def untrained_problem(config: TrainConfig, tokenizer, template, rows: list[dict]) -> str | None:
+    """For SFT: the sentence training would stop with when no train row keeps a trained token (every answer cut
+    off by cutoff_len, or empty), found before any model is loaded; None when some row trains. ``rows``: the
+    dataset's examples (engine.data.loader.load_examples), split by val_size as training splits them."""
+    if config.stage != "sft":
+        return None
+    from engine.recipes.sft import NOTHING_TRAINED, trains_nothing
+    from engine.training.loop import split_validation
+
+    train_rows, _ = split_validation(rows, config.val_size, config.seed)
+    if train_rows and trains_nothing(train_rows, tokenizer, template, config):
+        return f"{NOTHING_TRAINED.rstrip('.')} (cutoff_len is {config.cutoff_len})."
+    return None
+
+
 def config_warnings(config: TrainConfig) -> list[str]:
     """What the config allows but probably does not mean (e.g. a LoRA rank as wide as the layers)."""
     return _warnings(config)

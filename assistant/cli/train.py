@@ -49,7 +49,8 @@ def train(
     skipped = list(cfg.unused_keys)
     problems = engine.validate(cfg)
     if check and not problems:
-        problems = _template_problems(cfg) or _data_problems(cfg)  # --check reads every row, as training will
+        found: dict = {}  # the tokenizer and template, and the train rows, as the two checks read them
+        problems = _template_problems(cfg, found) or _data_problems(cfg, found) or _trained_token_problems(cfg, found)
     if json_out and (check or problems):
         _emit_check(config, cfg, skipped, problems)
         raise typer.Exit(2 if problems else 0)
@@ -106,7 +107,7 @@ def _print_default_differences(cfg, console) -> None:
                       f"[dim]({safe(row.reason)})[/]", soft_wrap=True)
 
 
-def _template_problems(cfg) -> list[str]:
+def _template_problems(cfg, found: dict) -> list[str]:
     """What the chat template says once it meets the model's tokenizer (control tokens it lacks, say), as training
     would find right after loading it; only for a model folder on this machine (a hub id is not fetched here)."""
     from pathlib import Path
@@ -132,11 +133,24 @@ def _template_problems(cfg) -> list[str]:
     if cfg.train_on_prompt and getattr(template, "efficient_eos", False):  # the family's template, when unnamed
         return [f"Template {template.name!r} cannot train on prompts (its answers share one EOS, as LLaMA-Factory "
                 "refuses too); set train_on_prompt: false."]
+    found.update(tokenizer=tokenizer, template=template)
     return []
 
 
-def _data_problems(cfg) -> list[str]:
-    """What loading the datasets would refuse (bad rows, duplicate keys, invalid text), as problems."""
+def _trained_token_problems(cfg, found: dict) -> list[str]:
+    """SFT whose every train row loses its answer (cut off by cutoff_len, or empty): training would stop on it
+    only after loading the model. Rows are encoded a chunk at a time until one trains something."""
+    if not found.get("rows") or "tokenizer" not in found:
+        return []
+    from engine.api import untrained_problem
+
+    problem = untrained_problem(cfg, found["tokenizer"], found["template"], found["rows"])
+    return [problem] if problem else []
+
+
+def _data_problems(cfg, found: dict) -> list[str]:
+    """What loading the datasets would refuse (bad rows, duplicate keys, invalid text), as problems; the train rows
+    go into ``found`` when every training dataset could be read."""
     from engine.config.paths import dataset_dir_of
     from engine.data.loader import load_examples, load_texts
     from engine.errors import DataError
@@ -159,8 +173,10 @@ def _data_problems(cfg) -> list[str]:
             options = {"max_samples": cfg.max_samples, "seed": cfg.seed, "cache_dir": cfg.cache_dir}
             if cfg.stage == "pt":
                 load_texts(readable, dataset_dir, **options)
-            else:
-                load_examples(readable, dataset_dir, **options, ranking=cfg.stage in ("dpo", "rm"))
+                continue
+            rows = load_examples(readable, dataset_dir, **options, ranking=cfg.stage in ("dpo", "rm"))
+            if names is cfg.dataset and len(readable) == len([n for n in names.split(",") if n.strip()]):
+                found["rows"] = rows
     except DataError as exc:
         return [str(exc)]
     return []

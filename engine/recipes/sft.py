@@ -17,8 +17,35 @@ from engine.training.session import Session
 from engine.training.task import LossOut, Task
 
 
+NOTHING_TRAINED = "No sample has a trained token after encoding: check cutoff_len and the data's answers."
+
+
+def sft_cutoff(config) -> int:
+    """The length rows are encoded to: cutoff_len, less one with packing (LLaMA-Factory's packing encodes to
+    cutoff_len - 1 and fills rows up to that; engine.training.batching)."""
+    return config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
+
+
+def encode_sft_rows(rows: list[dict], tokenizer, template, config):
+    """The rows as SFT samples, as training encodes them (engine.data.encode_supervised with the config's length,
+    train_on_prompt and mask_history)."""
+    from engine.data import encode_supervised
+
+    return encode_supervised(rows, tokenizer, template, sft_cutoff(config), train_on_prompt=config.train_on_prompt,
+                             mask_history=config.mask_history)
+
+
+def trains_nothing(rows: list[dict], tokenizer, template, config, chunk: int = 256) -> bool:
+    """Whether no row keeps a trained token once encoded (every answer cut off by cutoff_len, or empty), encoding a
+    chunk of rows at a time: the first chunk that trains something ends it, so a usual dataset costs one chunk."""
+    from engine.data.encode import trains_anything
+
+    return not any(trains_anything(encode_sft_rows(rows[start:start + chunk], tokenizer, template, config))
+                   for start in range(0, len(rows), chunk))
+
+
 def setup(session: Session) -> Task:
-    from engine.data import SFTCollator, encode_supervised
+    from engine.data import SFTCollator
     from engine.data.chunks import preprocessing_chunks
     from engine.data.encode import encode_in_chunks, untrained_note
 
@@ -26,13 +53,11 @@ def setup(session: Session) -> Task:
 
     # 1. Data: conversations encoded with the template, a share held out for the eval loss (and recorded in the
     #    run folder, so validation can ask the model those prompts and show the answers it never trained on).
-    # LLaMA-Factory's packing encodes to cutoff_len - 1 and fills rows up to that (engine.training.batching).
-    cutoff_len = config.cutoff_len - 1 if config.packing_enabled else config.cutoff_len
+    cutoff_len = sft_cutoff(config)
 
     def encode(examples: list[dict]) -> list[dict]:
         def encode_rows(rows: list[dict]):
-            return encode_supervised(rows, session.tokenizer, session.template, cutoff_len,
-                                     train_on_prompt=config.train_on_prompt, mask_history=config.mask_history)
+            return encode_sft_rows(rows, session.tokenizer, session.template, config)
 
         if not config.packing_enabled:
             samples = encode_rows(examples)
@@ -53,7 +78,7 @@ def setup(session: Session) -> Task:
     held_out = None if config.eval_dataset else session.record_held_out
     train_samples, eval_samples = session.train_and_eval(
         session.load_examples, encode, held_out=held_out,
-        empty="No sample has a trained token after encoding: check cutoff_len and the data's answers.")
+        empty=NOTHING_TRAINED)
 
     # 2. The model with the method applied.
     model = session.load_policy()

@@ -114,3 +114,24 @@ def test_a_run_id_already_taken_is_refused_without_an_empty_progress_bar(demo_mo
                    "--run-id", "mine")
     assert again.exit_code != 0 and "already holds a run" in again.output
     assert "training" not in again.output and "0/?" not in again.output
+
+
+def test_check_finds_a_dataset_that_would_train_no_token_before_loading_a_model(demo_model_dir, tmp_path):
+    """Long prompts, answers of a dozen tokens and a small cutoff_len: the template's truncation leaves no answer
+    token in any row, which training says only after loading the model; --check says it first."""
+    long_prompt = " ".join(["explain"] * 300)
+    answer = "this answer has quite a few words in it, for sure, and more"
+    rows = [{"instruction": f"{long_prompt} {n}", "output": answer} for n in range(6)]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.json").write_text(json.dumps(rows))
+    (data / "dataset_info.json").write_text('{"rows": {"file_name": "rows.json"}}')
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model_name_or_path: {demo_model_dir}\ndataset: rows\ndataset_dir: {data}\n"
+                    f"template: qwen\ncutoff_len: 16\nmax_steps: 1\noutput_dir: {tmp_path / 'out'}\n")
+    checked = invoke("train", path, "--check")
+    assert checked.exit_code == 2, checked.output
+    assert "No sample has a trained token after encoding" in checked.output and "cutoff_len is 16" in checked.output
+    trained = invoke("train", path, "--runs-dir", tmp_path / "runs")  # the same sentence as training stops with
+    assert trained.exit_code != 0 and "No sample has a trained token after encoding" in trained.output
+    assert invoke("train", path, "cutoff_len=2048", "--check").exit_code == 0  # room for the answers: fine
