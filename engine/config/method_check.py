@@ -102,10 +102,12 @@ def method_warnings(c) -> list[str]:
         return []
     out = []
     text = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
-    layers = text.get("num_hidden_layers") or text.get("num_layers") or text.get("n_layer")
-    if c.finetuning_type == "freeze" and isinstance(layers, int) and abs(c.freeze_trainable_layers) > layers:
-        out.append(f"freeze_trainable_layers is {c.freeze_trainable_layers} but the model has {layers} layers: all "
-                   f"{layers} train, as in LLaMA-Factory.")
+    from engine.methods.freeze import config_layer_count, layer_note
+
+    layers = config_layer_count(cfg)
+    note = layer_note(layers, c.freeze_trainable_layers) if c.finetuning_type == "freeze" and layers else None
+    if note:
+        out.append(note)
     if c.rope_scaling and isinstance(text.get("max_position_embeddings"), int):
         context = (text.get("rope_scaling") or text.get("rope_parameters") or {}).get(
             "original_max_position_embeddings") or text["max_position_embeddings"]

@@ -250,9 +250,10 @@ class Session:
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """Apply the fine-tuning method, gradient checkpointing and training mode; log what trains."""
         if self.config.finetuning_type == "freeze":
-            from engine.methods.freeze import layer_note
+            from engine.methods.freeze import config_layer_count, layer_note
 
-            note = layer_note(model.config.num_hidden_layers, self.config.freeze_trainable_layers)
+            layers = config_layer_count(model.config)  # none: the method's prepare refuses the model by name
+            note = layer_note(layers, self.config.freeze_trainable_layers) if layers else None
             if note:
                 self.logger.note(note)
         model = self.method.prepare(model, self.config).to(self.device)

@@ -142,3 +142,14 @@ def test_a_model_without_numbered_layers_is_refused_by_name(demo_model_dir):
     with pytest.raises(engine.ConfigError, match="this model has no numbered layers"):
         get_method("freeze").prepare(Flat(), config(demo_model_dir, finetuning_type="freeze",
                                                     freeze_trainable_layers=1))
+
+
+def test_the_layer_count_is_read_alike_from_a_config_and_its_json():
+    from types import SimpleNamespace
+
+    from engine.methods.freeze import config_layer_count
+
+    assert config_layer_count({"n_layer": 3}) == config_layer_count(SimpleNamespace(n_layer=3)) == 3
+    assert config_layer_count({"num_layers": 5, "text_config": {"num_hidden_layers": 4}}) == 4  # the text part
+    assert config_layer_count(SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=4))) == 4
+    assert config_layer_count({"num_hidden_layers": True}) is None and config_layer_count({}) is None

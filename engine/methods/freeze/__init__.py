@@ -31,12 +31,16 @@ _LAYER_COUNT_KEYS = ("num_hidden_layers", "num_layers", "n_layer")
 
 
 def config_layer_count(config) -> int | None:
-    """The number of decoder layers in a transformers config (a composite model's text part), read as
-    LLaMA-Factory reads it: num_hidden_layers, num_layers or n_layer."""
-    config = getattr(config, "text_config", None) or config
+    """The number of decoder layers in a transformers config or a config.json's dict (a composite model's text
+    part), read as LLaMA-Factory reads it: num_hidden_layers, num_layers or n_layer."""
+    def get(source, key):
+        return source.get(key) if isinstance(source, dict) else getattr(source, key, None)
+
+    text = get(config, "text_config")
+    config = text if text is not None and not isinstance(text, (str, int, float, list)) else config
     for key in _LAYER_COUNT_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
+        value = get(config, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
 
