@@ -152,7 +152,7 @@ def _data_problems(cfg, found: dict) -> list[str]:
     """What loading the datasets would refuse (bad rows, duplicate keys, invalid text), as problems; the train rows
     go into ``found`` when every training dataset could be read."""
     from engine.config.paths import dataset_dir_of
-    from engine.data.loader import load_examples, load_texts
+    from engine.data.loader import load_examples, load_texts, split_names
     from engine.errors import DataError
 
     from engine.data.hub import hub_dataset, is_cached
@@ -163,7 +163,7 @@ def _data_problems(cfg, found: dict) -> list[str]:
         return []  # the saved samples are read, not the datasets
     try:
         dataset_dir = dataset_dir_of(cfg)
-        for names in (cfg.dataset, cfg.eval_dataset):
+        for names, training in ((cfg.dataset, True), (cfg.eval_dataset, False)):
             # Hub datasets not downloaded yet are listed (check_notes), not read: training downloads them.
             readable = [n.strip() for n in (names or "").split(",") if n.strip() and _on_disk(
                 get_dataset_spec(n.strip(), dataset_dir), cfg.cache_dir, hub_dataset, is_cached)]
@@ -175,7 +175,7 @@ def _data_problems(cfg, found: dict) -> list[str]:
                 load_texts(readable, dataset_dir, **options)
                 continue
             rows = load_examples(readable, dataset_dir, **options, ranking=cfg.stage in ("dpo", "rm"))
-            if names is cfg.dataset and len(readable) == len([n for n in names.split(",") if n.strip()]):
+            if training and len(readable) == len(split_names(names)):  # every training dataset is on disk
                 found["rows"] = rows
     except DataError as exc:
         return [str(exc)]

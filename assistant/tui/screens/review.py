@@ -209,8 +209,8 @@ class CompareScreen(Screen):
                    width=self.app.size.width - 6, short_paths=True, share=2)
         unfold(table)
         # A path too wide for its column is shortened in the middle there (the differing end stays): whole below.
-        shortened = [(row[0], row[1], row[2]) for row, shown in zip(rows, range(table.row_count))
-                     if [str(cell) for cell in table.get_row_at(shown)[1:]] != row[1:]]
+        shortened = [row for index, row in enumerate(rows)
+                     if [str(cell) for cell in table.get_row_at(index)[1:]] != row[1:]]
         whole = [f"{safe(key)}\n  A {safe(a)}\n  B {safe(b)}" for key, a, b in shortened]
         self.query_one("#whole-values", Static).update(
             "\n".join([t("review.whole_values"), *whole]) if whole else "")
