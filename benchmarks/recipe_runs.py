@@ -19,6 +19,7 @@ def identity_data(workdir: Path) -> Path:
     from engine.data import fill_placeholders
 
     data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
     fill_placeholders(REPO / "data" / "identity.json", {"name": "Nova", "author": "Acme Labs"},
                       data / "identity_filled.json")
     (data / "dataset_info.json").write_text(json.dumps({"identity_filled": {"file_name": "identity_filled.json"}}))
