@@ -10,7 +10,8 @@ What changes (engine/kernels/ops/lora.py and eager_fused.py have the maths):
 
 Measured on SmolLM2-135M (benchmarks/profile_step.py), these elementwise passes, copies and the extra
 activations were the part of a step that is not matmul work. Every patched forward checks at each call that
-its fast path computes exactly what the stock module would (training, fp32, no autocast, one plain LoRA
+its fast path computes what the stock module would (training; fp32 without autocast, or bf16 under CPU bf16
+autocast with the frozen base loaded in bf16, as bf16: true trains on a CPU with bf16 units; one plain LoRA
 adapter, nothing merged or disabled, no dropout, a frozen base) and otherwise runs the stock forward, so eval,
 generation, merging, disabled adapters (DPO's reference pass) and other methods are untouched. Modules that
 ``kernel_config`` already patched keep their kernels. Only CPU models are switched: on a GPU the Triton kernels
@@ -87,17 +88,28 @@ def _patch_modules(model, modeling, norm_cls, mlp_cls, attention_cls) -> list[st
     return [name for name, count in counts.items() if count]
 
 
-def _training_fp32(module, x: torch.Tensor) -> bool:
-    """Training with gradients, in fp32 without autocast: the only case the fast paths are for (eval and
-    generation keep the stock modules, bit for bit)."""
-    return (module.training and torch.is_grad_enabled() and x.dtype == torch.float32
-            and not torch.is_autocast_enabled(x.device.type))
+def _training_dtype(module, x: torch.Tensor) -> torch.dtype | None:
+    """The dtype a fast path computes in when ``module`` trains on ``x``, else None (eval and generation keep the
+    stock modules, bit for bit): fp32 without autocast, or bf16 when x is bf16 under CPU bf16 autocast, where
+    every stock product would run in bf16 too."""
+    if not (module.training and torch.is_grad_enabled()):
+        return None
+    if not torch.is_autocast_enabled(x.device.type):
+        return torch.float32 if x.dtype == torch.float32 else None
+    autocast = torch.get_autocast_dtype(x.device.type)
+    return torch.bfloat16 if x.device.type == "cpu" and autocast == x.dtype == torch.bfloat16 else None
 
 
-def lora_parts(module) -> tuple | None:
-    """(weight, bias, lora_a, lora_b, scaling) of a PEFT LoRA linear that may take the fast path, else None:
-    one active vanilla adapter (no DoRA or other variant, no LoRA bias, no dropout), not merged or disabled,
-    a plain nn.Linear base whose weight and bias are frozen, fp32 everywhere."""
+def _without_autocast(x: torch.Tensor):
+    """The fused functions run their products in the dtype they were given, with autocast off."""
+    return torch.autocast(x.device.type, enabled=False)
+
+
+def lora_parts(module, dtype: torch.dtype = torch.float32) -> tuple | None:
+    """(weight, bias, lora_a, lora_b, scaling) of a PEFT LoRA linear that may take the fast path in ``dtype``,
+    else None: one active vanilla adapter (no DoRA or other variant, no LoRA bias, no dropout), not merged or
+    disabled, a plain nn.Linear base whose weight and bias are frozen and in ``dtype``, adapters in ``dtype`` or
+    fp32 (what trains is kept in fp32 under autocast)."""
     if module.merged or module.disable_adapters or module.fan_in_fan_out:
         return None
     active = module.active_adapters
@@ -112,27 +124,31 @@ def lora_parts(module) -> tuple | None:
     frozen = [base.weight] + ([base.bias] if base.bias is not None else [])
     if any(p.requires_grad for p in frozen):
         return None
-    weights = (base.weight, lora_a.weight, lora_b.weight)
-    if any(w.dtype != torch.float32 for w in weights):
+    if any(p.dtype != dtype for p in frozen) or any(w.dtype not in (dtype, torch.float32)
+                                                    for w in (lora_a.weight, lora_b.weight)):
         return None
     return base.weight, base.bias, lora_a.weight, lora_b.weight, module.scaling[name]
 
 
 def _lora_linear_forward(module, stock, x, *args, **kwargs):
-    parts = None if args or kwargs or not _training_fp32(module, x) else lora_parts(module)
+    dtype = None if args or kwargs else _training_dtype(module, x)
+    parts = lora_parts(module, dtype) if dtype else None
     if parts is None:
         return stock(x, *args, **kwargs)
-    return lora_linear(x, *parts)
+    with _without_autocast(x):
+        return lora_linear(x, *parts)
 
 
 def _mlp_forward(module, stock, x):
-    parts = _mlp_parts(module) if _training_fp32(module, x) else None
+    dtype = _training_dtype(module, x)
+    parts = _mlp_parts(module, dtype) if dtype else None
     if parts is None:
         return stock(x)
-    return lora_swiglu_mlp(x, *parts)
+    with _without_autocast(x):
+        return lora_swiglu_mlp(x, *parts)
 
 
-def _mlp_parts(module) -> tuple | None:
+def _mlp_parts(module, dtype: torch.dtype) -> tuple | None:
     from peft.tuners.lora.layer import Linear as LoraLinear
 
     if mp.gated_activation(module.act_fn) != "silu":
@@ -142,7 +158,7 @@ def _mlp_parts(module) -> tuple | None:
         projection = getattr(module, name)
         if type(projection) is not LoraLinear:
             return None
-        found = lora_parts(projection)
+        found = lora_parts(projection, dtype)
         if found is None or not (found[2].requires_grad and found[3].requires_grad):
             return None
         parts.append(found)
@@ -150,12 +166,16 @@ def _mlp_parts(module) -> tuple | None:
 
 
 def _norm_forward(module, stock, hidden_states):
-    if not _training_fp32(module, hidden_states) or module.weight.dtype != torch.float32:
+    dtype = _training_dtype(module, hidden_states)
+    if dtype is None or module.weight.dtype != dtype:
         return stock(hidden_states)
-    return rms_norm_fewer_passes(hidden_states, module.weight, module.variance_epsilon)
+    with _without_autocast(hidden_states):
+        return rms_norm_fewer_passes(hidden_states, module.weight, module.variance_epsilon)
 
 
 def _rope(attention, stock, q, k, cos, sin, unsqueeze_dim=1):
-    if cos.shape[-1] != q.shape[-1] or not (_training_fp32(attention, q) and k.dtype == torch.float32):
+    dtype = _training_dtype(attention, q)
+    if cos.shape[-1] != q.shape[-1] or dtype is None or not k.dtype == cos.dtype == sin.dtype == dtype:
         return stock(q, k, cos, sin, unsqueeze_dim)  # partial rotary and other dtypes: as transformers does it
-    return rope_fewer_passes(q, k, cos, sin, unsqueeze_dim)
+    with _without_autocast(q):
+        return rope_fewer_passes(q, k, cos, sin, unsqueeze_dim)

@@ -120,3 +120,20 @@ def test_skinny_products_equal_the_plain_matmul_in_any_strides():
                 expected = left @ right.t()  # sums of up to 300 products: float rounding, relative to their size
                 torch.testing.assert_close(frozen_gemm.skinny_product(left, right), expected, rtol=1e-5,
                                            atol=1e-6 * expected.abs().max().item())
+
+
+@pytest.mark.parametrize("units", [True, False], ids=["bf16 units", "no bf16 units"])
+def test_bf16_products_run_reordered_only_on_a_cpu_with_bf16_units(monkeypatch, units):
+    """bf16 operands (the frozen base under bf16 autocast) use a reordered copy where the CPU has bf16 units,
+    and the plain matmul elsewhere, where oneDNN would emulate bf16."""
+    if units and not frozen_gemm._bf16_available():
+        pytest.skip("this CPU has no bf16 units for oneDNN")  # the other case still runs here
+    monkeypatch.setattr(frozen_gemm, "_bf16_available", lambda: units)
+    x, weight, bias, _ = (t.bfloat16() for t in operands(seed=8))
+    g = torch.Generator().manual_seed(9)
+    x_t, a = torch.randn(96, 37, generator=g).bfloat16(), torch.randn(8, 96, generator=g).bfloat16()
+    with torch.no_grad():
+        want = torch.addmm(bias, x, weight.t())
+        torch.testing.assert_close(frozen_gemm.frozen_linear(x, weight, bias), want)
+        torch.testing.assert_close(frozen_gemm.skinny_product(x_t.t(), a), x_t.t() @ a.t())
+    assert frozen_gemm.cached_bytes() == (weight.numel() * 2 if units else 0)

@@ -282,3 +282,103 @@ def test_gradient_checkpointing_recomputes_through_the_fast_paths(make_tiny_mode
     torch.testing.assert_close(results[1][0], results[0][0])
     for name, grad in results[0][1].items():
         torch.testing.assert_close(results[1][1][name], grad, atol=1e-7, rtol=1e-5, msg=name)
+
+
+def bf16_lora_model(make_tiny_model, family: str):
+    """As bf16: true trains on a CPU with bf16 units: the frozen base in bf16, the adapters kept in fp32."""
+    from engine.training.session import keep_trainable_in_float32
+
+    model = lora_model(make_tiny_model, family).to(torch.bfloat16)
+    keep_trainable_in_float32(model)
+    return model
+
+
+def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want.double()).norm() / want.double().norm())
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("collate", [SFTCollator(pad_token_id=0), PackedCollator()], ids=["padded", "packed"])
+def test_bf16_autocast_takes_the_fast_paths_and_stays_as_close_to_fp32_as_stock(make_tiny_model, family, collate):
+    """Under CPU bf16 autocast with a bf16 base, the fused functions run in bf16 (adapters rounded as autocast
+    rounds them, gradients back in fp32); the loss and the adapters' gradients stay as close to the fp32 ones
+    as the stock modules under autocast do."""
+    from engine.kernels.ops import eager_fused, lora
+
+    calls = set()
+    fp32 = lora_model(make_tiny_model, family)
+    fast, stock = bf16_lora_model(make_tiny_model, family), bf16_lora_model(make_tiny_model, family)
+    batch = collate(samples([17, 40, 9, 26]))
+    if isinstance(collate, PackedCollator):
+        from engine.data.packing import use_packed_attention
+
+        for m in (fp32, stock):
+            use_packed_attention(m.get_base_model())
+    losses = {}
+    expected = reference_loss(fp32, batch)
+    tokens = int((shift_labels(batch["labels"]) != -100).sum())
+    (expected / tokens).backward()
+    originals = {f: f.forward for f in (lora._LoraLinear, lora._LoraSwiGLU, eager_fused._RMSNorm, eager_fused._Rope)}
+    try:
+        for function, run in originals.items():
+            function.forward = staticmethod(lambda ctx, *a, _run=run, _n=function.__name__: calls.add(_n) or _run(ctx, *a))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses["fast"], _ = causal_lm_loss_sum(fast, batch)
+    finally:
+        for function, run in originals.items():
+            function.forward = staticmethod(run)
+    assert calls == {"_LoraLinear", "_LoraSwiGLU", "_RMSNorm", "_Rope"}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses["stock"] = reference_loss(stock, batch)
+    for loss in losses.values():
+        (loss / tokens).backward()
+    want = grads(fp32)
+    for label, model in (("fast", fast), ("stock", stock)):
+        got = grads(model)
+        assert got.keys() == want.keys() and len(got) == 2 * 7 * 2
+        assert all(g.dtype == torch.float32 for g in got.values())  # the adapters' own dtype
+    loss_gap = {k: abs(float(v.detach()) - float(expected)) / float(expected) for k, v in losses.items()}
+    assert loss_gap["fast"] < 0.01 and loss_gap["fast"] <= 2 * loss_gap["stock"] + 1e-3, loss_gap
+    for name, grad in want.items():
+        fast_error, stock_error = rel_error(grads(fast)[name], grad), rel_error(grads(stock)[name], grad)
+        assert fast_error < 0.05 and fast_error <= 1.5 * stock_error + 0.01, (name, fast_error, stock_error)
+
+
+@pytest.mark.parametrize("case", ["fp32 base under autocast", "fp16 autocast"])
+def test_other_mixed_precision_keeps_the_stock_modules(make_tiny_model, case):
+    """Only bf16 inputs under CPU bf16 autocast, with a base of the same dtype, take the bf16 fast paths."""
+    model = lora_model(make_tiny_model, "llama") if "fp32" in case else bf16_lora_model(make_tiny_model, "llama")
+    reference = copy.deepcopy(model)
+    use_fast_training_paths(model.get_base_model())
+    ids = torch.tensor([samples([12])[0]["input_ids"]])
+    dtype = torch.float16 if "fp16" in case else torch.bfloat16
+    outputs = []
+    for m in (model, reference):
+        with torch.autocast("cpu", dtype=dtype):
+            outputs.append(m(input_ids=ids).logits)
+    torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
+
+
+def test_rms_norm_in_bf16_rounds_as_the_hugging_face_module():
+    """The bf16 norm normalises in fp32 and rounds before the bf16 weight multiplies it, as LlamaRMSNorm does; its
+    input gradient follows the same casts."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    g = torch.Generator().manual_seed(7)
+    norm = LlamaRMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.normal_(generator=g)
+    norm = norm.bfloat16().requires_grad_(False)
+    x = (torch.randn(3, 50, 64, generator=g) * 4).bfloat16()
+    upstream = torch.randn(3, 50, 64, generator=g).bfloat16()
+    results = []
+    for run in (lambda t: rms_norm_fewer_passes(t, norm.weight, 1e-5), norm):
+        leaf = x.clone().requires_grad_()
+        out = run(leaf)
+        out.backward(upstream)
+        assert out.dtype == leaf.grad.dtype == torch.bfloat16
+        results.append((out, leaf.grad))
+    (out, grad), (want_out, want_grad) = results
+    assert (out != want_out).float().mean() < 0.01  # the sum of squares in another order flips a rare rounding
+    torch.testing.assert_close(out, want_out)
+    assert rel_error(grad, want_grad) < 0.01

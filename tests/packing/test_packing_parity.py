@@ -172,8 +172,9 @@ def test_packed_attention_function_matches_sdpa_with_the_block_mask():
                                         sliding_window=10**6)  # takes the exact-mask path; the window cuts nothing
     torch.testing.assert_close(per_sample, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(fallback, expected, atol=1e-6, rtol=0)
-    # bfloat16 takes the path GPUs take (SDPA per run of equal lengths): runs between other lengths, one run
-    low = [t.to(torch.bfloat16) for t in (query, key, value)]
+    # float16 takes the path GPUs take (SDPA per run of equal lengths): runs between other lengths, one run
+    # (bf16 on a CPU takes the per-sample function, see the bf16 test below)
+    low = [t.to(torch.float16) for t in (query, key, value)]
     for lengths in ([5, 5, 3, 3, 3, 1, 12], [8, 8, 8, 8]):
         positions = torch.cat([torch.arange(n) for n in lengths])[None]
         mask = create_causal_mask(config=config, inputs_embeds=torch.zeros(1, 32, 8), attention_mask=None,
@@ -242,3 +243,39 @@ def test_per_sample_attention_runs_equal_lengths_as_one_batch_with_the_same_resu
             assert torch.equal(grad, reference), (name, lengths)
     small = [torch.randn(1, h, 10, 4, dtype=torch.float64, requires_grad=True) for h in (2, 1, 1)]
     assert torch.autograd.gradcheck(lambda *t: _per_sample_attention().apply(*t, (3, 3, 2, 2), 0.5), small)
+
+
+@pytest.mark.parametrize("lengths", [(40, 40), (300, 40, 40, 12), (260,)], ids=["short", "mixed", "long"])
+def test_per_sample_attention_in_bf16_runs_short_samples_in_fp32(lengths):
+    """bf16 rows (bf16 autocast on a CPU): samples shorter than FP32_BELOW attend in fp32 and are rounded back,
+    so their output and gradients are the fp32 ones rounded to bf16; longer ones run the bf16 kernel, close to
+    fp32. Gradients come back in bf16, the inputs' dtype."""
+    from engine.data.packing import FP32_BELOW, _per_sample_attention
+
+    assert min(lengths) < FP32_BELOW or max(lengths) >= FP32_BELOW
+    torch.manual_seed(3)
+    total = sum(lengths)
+    leaves = [torch.randn(1, total, h, 16).transpose(1, 2) for h in (6, 2, 2)]
+    weights = torch.randn(1, total, 6, 16).bfloat16()
+    results = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        inputs = [t.bfloat16().to(dtype).requires_grad_() for t in leaves]  # the same bf16 values both ways
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = _per_sample_attention().apply(*inputs, lengths, 0.25)
+        (out * weights.to(dtype)).sum().backward()
+        assert out.dtype == dtype and all(t.grad.dtype == dtype for t in inputs)
+        results[dtype] = (out, [t.grad for t in inputs])
+    (out, grads), (want, want_grads) = results[torch.bfloat16], results[torch.float32]
+    start = 0
+    for length in lengths:
+        window = slice(start, start + length)
+        got, expected = out[:, window], want[:, window]
+        if length < FP32_BELOW:
+            assert torch.equal(got, expected.bfloat16()), length
+        else:
+            torch.testing.assert_close(got.float(), expected, atol=0.02, rtol=0.02)
+        for grad, reference in zip(grads, want_grads):
+            g, r = grad[:, :, window].float(), reference[:, :, window]
+            assert r.abs().max() > 0
+            assert float((g - r).norm() / r.norm()) < 0.02, length
+        start += length

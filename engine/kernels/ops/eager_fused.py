@@ -5,11 +5,12 @@ and usually one more allocation; in backward autograd adds one pass per op again
 run at memory speed next to matmuls at compute speed, they were about a quarter of a LoRA step. These write
 the same maths with fewer passes, in place where nothing else reads the buffer:
 
-- RMSNorm (Llama cast: the normalised row is rounded to the input dtype before the weight multiplies it; here
-  fp32 only): the sum of squares in one reduction (no squared copy), and backward in three passes instead of
-  seven. Saves x and the per-row 1/rms, as the stock module does. Its output names them, so the LoRA functions
-  that read it (engine/kernels/ops/lora.py) keep those rather than the output itself: one (tokens x hidden)
-  tensor less per norm and layer, rebuilt in backward by one more elementwise pass.
+- RMSNorm (Llama cast: the normalised row is computed in fp32 and rounded to the input dtype before the weight,
+  of that dtype, multiplies it; fp32 and bf16): the sum of squares in one reduction (no squared copy), and
+  backward in three passes instead of seven. Saves x and the per-row 1/rms, as the stock module does. Its
+  output names them, so the LoRA functions that read it (engine/kernels/ops/lora.py) keep those rather than the
+  output itself: one (tokens x hidden) tensor less per norm and layer, rebuilt in backward by one more
+  elementwise pass.
 - RoPE (rotate-half, as ``apply_rotary_pos_emb``): ``q*cos`` then the rotated half added in place with
   ``addcmul_``, instead of negating, concatenating, multiplying and adding into four new tensors; backward
   likewise. Saves only cos and sin.
@@ -24,11 +25,16 @@ import torch
 _PARTS_ATTR = "_lfa_normed_parts"
 
 
+def _wide(x: torch.Tensor) -> torch.dtype:
+    """The dtype a norm computes in: fp32, or x's own when wider."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps: float):
         width = x.shape[-1]
-        sum_sq = torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square_()
+        sum_sq = torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True, dtype=_wide(x)).square_()
         rstd = sum_sq.div_(width).add_(eps).rsqrt_()
         out = renormalize(x, weight, rstd)
         ctx.save_for_backward(x, weight, rstd)
@@ -40,22 +46,28 @@ class _RMSNorm(torch.autograd.Function):
         x, weight, rstd = ctx.saved_tensors
         grad_w = None
         if ctx.needs_input_grad[1]:
-            grad_w = (grad * x * rstd).reshape(-1, x.shape[-1]).sum(0)
-        dyw = grad * weight
+            grad_w = (grad * renormalize(x, 1.0, rstd)).reshape(-1, x.shape[-1]).sum(0)
+        # the gradient reaches the fp32 normalised row through the rounding, as autograd takes it through a cast
+        dyw = (grad * weight).to(_wide(x))
+        x32 = x.to(_wide(x))
         # d x_hat . x_hat per row, as (dyw . x) * rstd: no normalised copy of x is needed
-        dot = torch.linalg.vecdot(dyw, x, dim=-1).unsqueeze(-1)
+        dot = torch.linalg.vecdot(dyw, x32, dim=-1).unsqueeze(-1)
         coef = dot.mul_(rstd.pow(3)).div_(x.shape[-1])
-        grad_x = dyw.mul_(rstd).addcmul_(x, coef, value=-1.0) if ctx.needs_input_grad[0] else None
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = dyw.mul_(rstd).addcmul_(x32, coef, value=-1.0).to(x.dtype)
         return grad_x, grad_w, None
 
 
-def renormalize(x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
-    """The normalised output from its parts, with the same operations as the forward: bit for bit the same."""
-    return (x * rstd).mul_(weight)
+def renormalize(x: torch.Tensor, weight: torch.Tensor | float, rstd: torch.Tensor) -> torch.Tensor:
+    """The normalised output from its parts, with the same operations as the forward: bit for bit the same. The
+    row is normalised in fp32 (rstd is fp32) and rounded to x's dtype before the weight multiplies it."""
+    return (x * rstd).to(x.dtype).mul_(weight)
 
 
 def rms_norm_fewer_passes(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``weight * (x / sqrt(mean(x^2) + eps))`` for fp32 x and weight (LlamaRMSNorm in fp32).
+    """``weight * (x / sqrt(mean(x^2) + eps))`` as LlamaRMSNorm computes it, for x and weight both fp32 or both
+    bf16 (the mean and the division in fp32, as there).
 
     The output carries its parts (``normed_parts``): a consumer that would keep it for backward can keep those
     instead, which the norm keeps anyway, and rebuild it with ``renormalize``."""

@@ -22,8 +22,9 @@ would undo it).
 (no copy is kept: the adapter weights train).
 
 Results equal the plain matmul up to float rounding (oneDNN sums in another order). Anything that is not a CPU
-fp32 product made without autograd (inside an autograd Function), or a torch built without oneDNN, takes the
-plain matmul.
+product made without autograd (inside an autograd Function) in fp32, or in bf16 on a CPU with bf16 units (on
+AMX-BF16, SmolLM2-135M's 2,048 x 576 x 1,536 product: 2.00 against 1.74 TFLOP/s), or a torch built without
+oneDNN, takes the plain matmul.
 """
 
 from __future__ import annotations
@@ -71,11 +72,21 @@ def clear() -> None:
         _CACHE.clear()
 
 
+@functools.cache
+def _bf16_available() -> bool:
+    """Whether oneDNN runs bf16 products on this CPU's own bf16 units (else it would emulate them)."""
+    return available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def _onednn_runs(*operands: torch.Tensor) -> bool:
-    """oneDNN is on and in this torch, autograd does not see the product, and every operand is a plain CPU fp32
-    tensor (tensor subclasses such as DTensor keep the plain matmul)."""
-    return (_SETTINGS["enabled"] and not torch.is_grad_enabled() and available()
-            and all(type(t) in _PLAIN_TYPES and t.device.type == "cpu" and t.dtype == torch.float32 for t in operands))
+    """oneDNN is on and in this torch, autograd does not see the product, and every operand is a plain CPU tensor
+    (tensor subclasses such as DTensor keep the plain matmul), all fp32, or all bf16 on a CPU with bf16 units."""
+    if not (_SETTINGS["enabled"] and not torch.is_grad_enabled() and available()):
+        return False
+    dtype = operands[0].dtype
+    if dtype != torch.float32 and not (dtype == torch.bfloat16 and _bf16_available()):
+        return False
+    return all(type(t) in _PLAIN_TYPES and t.device.type == "cpu" and t.dtype == dtype for t in operands)
 
 
 def _usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -112,7 +123,7 @@ def _reordered(weight: torch.Tensor) -> torch.Tensor | None:
 def frozen_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x2d @ weight.T (+ bias)`` for a weight that does not train; x2d is (rows, in)."""
     packed = None
-    if _usable(x2d, weight) and (bias is None or (bias.dtype == torch.float32 and not bias.requires_grad)):
+    if _usable(x2d, weight) and (bias is None or (bias.dtype == weight.dtype and not bias.requires_grad)):
         packed = _reordered(weight)
     if packed is None:
         return plain_linear(x2d, weight, bias)

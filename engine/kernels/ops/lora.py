@@ -19,6 +19,10 @@ and rebuild x in backward bit for bit. On SmolLM2-135M that is two (tokens x 576
 
 Only the adapter matrices train here: the base weight and bias are constants (LoRA freezes them); callers
 check that (engine/kernels/training_paths.py), and fall back to the stock modules otherwise.
+
+The products run in x's dtype, which the frozen weights share: fp32, or bf16 as under bf16 autocast on a CPU,
+where the adapters are kept in fp32 and rounded to bf16 for their products as autocast rounds them (the copies
+are rank-wide, small); their gradients come back in their own dtype.
 """
 
 from __future__ import annotations
@@ -50,9 +54,20 @@ def _saved(ctx) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     return x.reshape(-1, ctx.in_shape[-1]), rest
 
 
+def _adapters(ctx, x: torch.Tensor, *adapters: torch.Tensor) -> list[torch.Tensor]:
+    """The adapter matrices in x's dtype; their own dtypes are remembered for their gradients (``_as_adapters``)."""
+    ctx.adapter_dtypes = [a.dtype for a in adapters]
+    return [a.to(x.dtype) for a in adapters]
+
+
+def _as_adapters(ctx, *grads: torch.Tensor | None) -> list[torch.Tensor | None]:
+    return [None if g is None else g.to(dtype) for g, dtype in zip(grads, ctx.adapter_dtypes)]
+
+
 class _LoraLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float):
+        lora_a, lora_b = _adapters(ctx, x, lora_a, lora_b)
         x2d = x.reshape(-1, x.shape[-1])
         z = _skinny(x2d, lora_a)
         out = _base(x2d, weight, bias).addmm_(z, lora_b.t(), alpha=scaling)
@@ -70,6 +85,7 @@ class _LoraLinear(torch.autograd.Function):
         dx = None
         if ctx.needs_input_grad[0]:
             dx = (dy @ weight).addmm_(dz, lora_a).view(ctx.in_shape)
+        d_a, d_b = _as_adapters(ctx, d_a, d_b)
         return dx, None, None, d_a, d_b, None
 
 
@@ -85,6 +101,7 @@ class _LoraSwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, wg, bg, ag, bg_lora, wu, bu, au, bu_lora, wd, bd, ad, bd_lora, scales):
         sg, su, sd = scales
+        ag, bg_lora, au, bu_lora, ad, bd_lora = _adapters(ctx, x, ag, bg_lora, au, bu_lora, ad, bd_lora)
         x2d = x.reshape(-1, x.shape[-1])
         rank_g = ag.shape[0]
         z_gu = _skinny(x2d, torch.cat((ag, au)))  # both adapters read x once
@@ -119,7 +136,8 @@ class _LoraSwiGLU(torch.autograd.Function):
         dx = None
         if ctx.needs_input_grad[0]:
             dx = (d_gate @ wg).addmm_(d_up, wu).addmm_(dz_gu, torch.cat((ag, au))).view(ctx.in_shape)
-        return (dx, None, None, d_a[:rank_g], d_bg, None, None, d_a[rank_g:], d_bu, None, None, d_ad, d_bd, None)
+        d_ag, d_bg, d_au, d_bu, d_ad, d_bd = _as_adapters(ctx, d_a[:rank_g], d_bg, d_a[rank_g:], d_bu, d_ad, d_bd)
+        return (dx, None, None, d_ag, d_bg, None, None, d_au, d_bu, None, None, d_ad, d_bd, None)
 
 
 def lora_swiglu_mlp(x: torch.Tensor, gate: tuple, up: tuple, down: tuple) -> torch.Tensor:
