@@ -12,7 +12,7 @@ with the names that collide rather than trained differently (``layer_number_coll
 The decoder layers are found by their names, whatever the architecture calls their list: ``model.layers.N``
 (Llama and most), ``transformer.h.N`` (GPT-2), ``gpt_neox.layers.N``, ``model.decoder.layers.N``: of the lists
 that a parameter name's first number indexes, the one with as many entries as the model has layers (the most
-parameters among those, or overall when none has).
+parameters among those, or overall when none has), never a vision or audio tower when another list qualifies.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from engine.readers import comma_names
 from engine.methods.full import load_for_resume, save  # noqa: F401 - output is a full model
 
 _FIRST_NUMBER = re.compile(r"^(.+?)\.(\d+)\.")
+_TOWER = re.compile(r"(^|[._])(vision|visual|vit|image|audio|speech)", re.IGNORECASE)
 NO_LAYERS = ("finetuning_type: freeze trains whole decoder layers, and this model has no numbered layers (nor a "
              "layer count in its config.json) to pick them by. Use finetuning_type: lora or full.")
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "num_layers", "n_layer")
@@ -48,7 +49,7 @@ def config_layer_count(config) -> int | None:
 def layer_pattern(names, num_layers: int | None = None) -> re.Pattern | None:
     """The pattern of the decoder layers' names, ``^<list>\\.(N)\\.``, found from module or parameter names (None
     when nothing is numbered): the numbered list with ``num_layers`` entries holding the most names, else the
-    list holding the most names."""
+    list holding the most names; a vision or audio tower's list only when no other list qualifies."""
     names_per_list: Counter = Counter()
     indices: dict[str, set[str]] = {}
     for name in names:
@@ -59,7 +60,8 @@ def layer_pattern(names, num_layers: int | None = None) -> re.Pattern | None:
     if not names_per_list:
         return None
     exact = [prefix for prefix in names_per_list if num_layers and len(indices[prefix]) == num_layers]
-    prefix = max(exact or names_per_list, key=lambda p: (names_per_list[p], p))
+    # a vision or audio tower as deep as the decoder is never the decoder, whatever its size
+    prefix = max(exact or names_per_list, key=lambda p: (not _TOWER.search(p), names_per_list[p], p))
     return re.compile("^" + re.escape(prefix) + r"\.(\d+)\.")
 
 
