@@ -4,7 +4,8 @@
 
     sft.yaml          the resolved config; `lf-assistant train sft.yaml` reproduces the run
     train.log         everything the training process printed
-    metrics.jsonl     one JSON object per logging step (append-only)
+    metrics.jsonl     one JSON object per logging step (append-only); a run resumed from another run's
+                      checkpoint starts with the rows that checkpoint kept
     events.jsonl      milestones: started, checkpoint_saved, eval, completed, failed (append-only)
     status.json       the current state, replaced atomically
     device.json       the GPU choice, reused by training, validation and export
@@ -89,6 +90,16 @@ def _is_metric_value(value: Any) -> bool:
 
 def _metric_value(value: Any) -> int | float | None:
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def metric_row(row: Any) -> dict | None:
+    """A metric row as training writes them (numbers or None; NaN and infinity as None), from a row read from disk:
+    other values are left out, and a row without a whole-number step is no row (None)."""
+    if not isinstance(row, dict):
+        return None
+    row = {key: _metric_value(value) for key, value in row.items() if isinstance(key, str) and _is_metric_value(value)}
+    step = row.get("step")
+    return row if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 @dataclass
@@ -189,12 +200,11 @@ class RunDir:
         a list, true) is left out, and NaN or infinity reads as None."""
         kinds: dict[bool, list[dict]] = {False: [], True: []}
         for row in read_jsonl(self.metrics_path):
-            row = {key: _metric_value(value) for key, value in row.items() if _is_metric_value(value)}
-            step = row.get("step")
-            if not isinstance(step, int):
+            row = metric_row(row)
+            if row is None:
                 continue
             rows = kinds["eval_loss" in row]
-            while rows and rows[-1]["step"] >= step:
+            while rows and rows[-1]["step"] >= row["step"]:
                 rows.pop()
             rows.append(row)
         return sorted(kinds[False] + kinds[True], key=lambda row: (row["step"], "eval_loss" in row))

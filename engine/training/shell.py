@@ -24,7 +24,7 @@ from engine.messages import Message
 from engine.ownership import claim_output_dir, record_outputs, recording_outputs
 from engine.parallel import setup_strategy
 from engine.runstatus import Resumed, RunState, RunStatus
-from engine.rundir import RunDir
+from engine.rundir import RunDir, metric_row
 from engine.training import checkpoint as ckpt
 from engine.training.batching import PaddedBatcher, build_batcher
 from engine.training.loop import RunLogger, StopFlag
@@ -106,6 +106,9 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
             logger.note(changed)
         position = Position(state["step"], state["epoch"], state["group"])
         resumes = resumed_record(run, logger, position.step, state, resume_from)
+        carried = carry_log_history(run, state, position.step) if strategy.is_main else 0
+        if carried:
+            logger.event("metrics_carried", rows=carried, checkpoint=str(resume_from))
         redone = resumes[-1].redone
         logger.event("resumed", checkpoint=str(resume_from), step=position.step, redone=redone)
         logger.info(f"resumed from {resume_from} at step {position.step}"
@@ -123,7 +126,10 @@ def _train(config: TrainConfig, run: RunDir, setup, strategy, logger: RunLogger,
 
     def checkpoint(step: int, epoch: int, group: int) -> None:
         trainer_state = {"step": step, "epoch": epoch, "group": group, "total_steps": plan.total_steps,
-                         "run_id": run.run_id, "elapsed_s": round(logger.elapsed(), 2), **digests}
+                         "run_id": run.run_id, "elapsed_s": round(logger.elapsed(), 2), **digests,
+                         # the rows logged so far, as Hugging Face checkpoints keep them: a resume into another
+                         # run folder charts the whole run
+                         "log_history": [row for row in run.read_metrics() if row["step"] <= step]}
         if strategy.is_main:  # named before it is written: a folder of it is this run's even if the write dies
             record_outputs(output_dir, run.run_id, [f"checkpoint-{step}"])
         folder = strategy.save_checkpoint(
@@ -225,6 +231,20 @@ def resumed_record(run: RunDir, logger: RunLogger, from_step: int, state: dict |
         plain = isinstance(carried, (int, float)) and not isinstance(carried, bool)
         logger.earlier_s = float(carried) if plain and 0 <= carried < 1e9 else 0.0
     return [*before.resumes, Resumed(from_step=from_step, reached_step=reached, at=time.time())]
+
+
+def carry_log_history(run: RunDir, state: dict, from_step: int) -> int:
+    """A resume into a run folder that has no metrics yet (a new run from another run's checkpoint): the rows the
+    checkpoint kept, up to its step, become this run's first rows, so its loss chart starts where training
+    started. Returns how many rows were carried. Rows read from the checkpoint are cleaned as the metrics file's
+    are (numbers only, a whole-number step)."""
+    history = state.get("log_history")
+    if not isinstance(history, list) or run.read_metrics():
+        return 0
+    rows = [row for row in map(metric_row, history) if row is not None and 0 < row["step"] <= from_step]
+    for row in rows:
+        run.append_metric(row)
+    return len(rows)
 
 
 def _saver_status(run: RunDir, saver: object, checkpoint: Path | None) -> RunStatus | None:

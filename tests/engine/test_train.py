@@ -322,6 +322,13 @@ def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(d
     assert status.resumes == [Resumed(from_step=3, reached_step=5, at=status.resumes[0].at)]
     assert status.resumes[0].redone == 2
     assert status.runtime_s == pytest.approx(crashed.elapsed_s + status.attempt_elapsed_s, abs=0.05)
+    # its chart starts at step 1: the checkpoint kept the rows logged up to it, and they come first
+    kept = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+    first_rows = [row for row in first.read_metrics() if row["step"] <= 3]
+    assert kept == first_rows and [row["step"] for row in kept] == [1, 2, 3]
+    rows = again.run.read_metrics()
+    assert [row["step"] for row in rows if "loss" in row] == list(range(1, 9)) and rows[:3] == first_rows
+    assert [e["rows"] for e in again.run.read_events() if e["event"] == "metrics_carried"] == [3]
 
     # the other run's folder gone: how far it got is unknown, its training time up to the checkpoint is carried
     import shutil
@@ -333,3 +340,20 @@ def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(d
     status = third.status()
     assert status.resumes == [Resumed(from_step=3, reached_step=None, at=status.resumes[0].at)]
     assert status.runtime_s == pytest.approx(saved_at + status.attempt_elapsed_s, abs=0.05)
+    assert third.run.read_metrics()[:3] == first_rows  # from the checkpoint itself
+
+
+def test_a_checkpoints_log_history_is_read_as_untrusted_rows(tmp_path):
+    """Rows carried from a checkpoint into a new run folder are cleaned as the metrics file's rows are; a folder
+    that already has rows (the same run resumed) gets none."""
+    from engine.rundir import RunDir
+    from engine.training.shell import carry_log_history
+
+    run = RunDir(tmp_path / "run")
+    history = [{"step": 1, "loss": 2.5, "note": "text is no metric"}, {"step": True, "loss": 1.0},
+               {"step": "2", "loss": 1.0}, ["not", "a", "row"], {"step": 2, "loss": float("nan"), 3: 1},
+               {"step": 0, "loss": 9.0}, {"step": 5, "loss": 1.0}]
+    assert carry_log_history(run, {"log_history": "rows"}, 4) == 0
+    assert carry_log_history(run, {"log_history": history}, 4) == 2
+    assert run.read_metrics() == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": None}]
+    assert carry_log_history(run, {"log_history": history}, 4) == 0  # it has rows now
