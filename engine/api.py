@@ -167,7 +167,7 @@ def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -
         dump_yaml(config_to_dict(resolved), run.path / f"{config.stage}.yaml")
         run.update_status(state=RunState.PENDING, run_id=run.run_id, model=config.model_name_or_path or "lf-tiny-qwen3",
                           method=config.method, stage=config.stage, output_dir=resolved.output_dir,
-                          created_at=time.time(), notes=notes)
+                          created_at=time.time(), notes=notes, **_resume_progress(resolved))
     except BaseException:
         for lock in locks:
             lock.release()
@@ -177,6 +177,22 @@ def _prepare(config: TrainConfig, *, runs_dir=None, run_id=None, run_dir=None) -
             _remove_if_only_lock(Path(resolved.output_dir))
         raise
     return resolved, run, locks
+
+
+def _resume_progress(config: TrainConfig) -> dict:
+    """A run that starts from a checkpoint is at that checkpoint's step from the first: its status says so (and
+    the total it was planned for) while the model loads, instead of step 0 of an unknown total."""
+    from engine.rundir import checkpoint_progress, resolve_resume
+
+    try:
+        folder = resolve_resume(config.resume_from_checkpoint, Path(config.output_dir))
+    except ConfigError:
+        return {}  # training says what is wrong with it
+    progress = checkpoint_progress(folder) if folder else None
+    if progress is None:
+        return {}
+    step, total = progress
+    return {"step": step, **({"total_steps": total} if total else {})}
 
 
 def _remove_if_only_lock(folder: Path) -> None:

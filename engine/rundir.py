@@ -311,6 +311,24 @@ def find_complete_checkpoints(output_dir: str | Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def checkpoint_progress(folder: str | Path) -> tuple[int, int | None] | None:
+    """(step, total_steps) that a checkpoint's trainer_state.json records, read as untrusted: None without a
+    whole-number step of at least 1; the total only when it is a whole number no smaller than the step."""
+    try:
+        state = loads_json((Path(folder) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+    def count(key: str) -> int | None:
+        value = state.get(key) if isinstance(state, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    step, total = count("step"), count("total_steps")
+    if step is None or step < 1:
+        return None
+    return step, total if total is not None and total >= step else None
+
+
 def resolve_resume(resume_from_checkpoint: str | None, output_dir: Path) -> Path | None:
     """``auto`` -> newest complete checkpoint in output_dir (None if there is none); a path must be complete."""
     if not resume_from_checkpoint:

@@ -330,6 +330,14 @@ def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(d
     assert [row["step"] for row in rows if "loss" in row] == list(range(1, 9)) and rows[:3] == first_rows
     assert [e["rows"] for e in again.run.read_events() if e["event"] == "metrics_carried"] == [3]
 
+    # before its model has loaded, a run that starts from a checkpoint is already at that checkpoint's step
+    from engine.api import prepare_run
+
+    _, pending = prepare_run(tiny_config(demo_model_dir, tmp_path, max_steps=8, save_steps=3, output_dir=str(
+        tmp_path / "pending"), resume_from_checkpoint=str(checkpoint)), runs_dir=tmp_path / "runs", run_id="pending")
+    assert (pending.read_status().state, pending.read_status().step, pending.read_status().total_steps) == (
+        "pending", 3, 8)
+
     # the other run's folder gone: how far it got is unknown, its training time up to the checkpoint is carried
     import shutil
 
@@ -341,6 +349,18 @@ def test_a_resume_into_a_new_run_folder_knows_the_other_runs_progress_and_time(d
     assert status.resumes == [Resumed(from_step=3, reached_step=None, at=status.resumes[0].at)]
     assert status.runtime_s == pytest.approx(saved_at + status.attempt_elapsed_s, abs=0.05)
     assert third.run.read_metrics()[:3] == first_rows  # from the checkpoint itself
+
+
+@pytest.mark.parametrize("text, progress", [
+    ('{"step": 3, "total_steps": 8}', (3, 8)), ('{"step": 3, "total_steps": 2}', (3, None)),
+    ('{"step": 3, "total_steps": "8"}', (3, None)), ('{"step": true}', None), ('{"step": 0}', None),
+    ('[3]', None), ('{"step": 3', None), (None, None)])
+def test_a_checkpoints_progress_is_read_as_untrusted(tmp_path, text, progress):
+    from engine.rundir import checkpoint_progress
+
+    if text is not None:
+        (tmp_path / "trainer_state.json").write_text(text)
+    assert checkpoint_progress(tmp_path) == progress
 
 
 def test_a_checkpoints_log_history_is_read_as_untrusted_rows(tmp_path):
