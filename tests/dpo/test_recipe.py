@@ -93,7 +93,10 @@ def test_resume_continues_where_the_checkpoint_stopped(demo_model_dir, tmp_path)
     assert (tmp_path / "out" / "checkpoint-2" / "CHECKPOINT_COMPLETE").exists()
     again = engine.train(dpo_config(demo_model_dir, tmp_path, max_steps=4, resume_from_checkpoint="auto"),
                          runs_dir=tmp_path / "runs", run_id="resumed")
-    assert [r["step"] for r in train_rows(again)] == [3, 4]
+    # steps 3-4 trained here; 1-2 are the rows the checkpoint kept, carried into the new run folder
+    assert [r["step"] for r in train_rows(again)] == [1, 2, 3, 4]
+    assert train_rows(again)[:2] == train_rows(first)
+    assert [e["rows"] for e in again.run.read_events() if e["event"] == "metrics_carried"] == [2]
 
 
 def test_identical_answers_are_reported_and_eval_pairs_are_scored(demo_model_dir, tmp_path):
