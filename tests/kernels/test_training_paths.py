@@ -382,3 +382,25 @@ def test_rms_norm_in_bf16_rounds_as_the_hugging_face_module():
     assert (out != want_out).float().mean() < 0.01  # the sum of squares in another order flips a rare rounding
     torch.testing.assert_close(out, want_out)
     assert rel_error(grad, want_grad) < 0.01
+
+
+def test_a_bf16_normed_input_is_kept_as_it_is():
+    """In bf16 the LoRA functions keep the normed tensor itself (rebuilding it would cost a cast per consumer)."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 9, 12, generator=g).bfloat16().requires_grad_()
+    norm_weight = torch.randn(12, generator=g).bfloat16()
+    weight = torch.randn(12, 12, generator=g).bfloat16()
+    a, b = (torch.randn(*shape, generator=g).requires_grad_() for shape in ((3, 12), (12, 3)))  # fp32 adapters
+    kept = set()
+
+    def keep(tensor):
+        kept.add(tensor.untyped_storage().data_ptr())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        normed = rms_norm_fewer_passes(x, norm_weight, 1e-5)
+        out = lora_linear(normed, weight, None, a, b, 2.0)
+    assert normed.untyped_storage().data_ptr() in kept
+    out.float().square().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and a.grad.dtype == b.grad.dtype == torch.float32
+    assert a.grad.abs().max() > 0 and b.grad.abs().max() > 0

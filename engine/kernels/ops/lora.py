@@ -13,8 +13,8 @@ three projections, and saves only x, gate(x) and up(x): the product ``silu(gate)
 input, needed for its adapter's gradient) is recomputed in backward instead of being kept, which removes two
 of the four intermediate-sized tensors autograd would keep per layer.
 
-When x is the output of the fast RMSNorm (engine/kernels/ops/eager_fused.py), as the q/k/v and MLP inputs of a
-decoder layer are, neither function keeps x: they keep the norm's input and 1/rms, which the norm keeps anyway,
+When x is an fp32 output of the fast RMSNorm (engine/kernels/ops/eager_fused.py), as the q/k/v and MLP inputs of
+a decoder layer are, neither function keeps x: they keep the norm's input and 1/rms, which the norm keeps anyway,
 and rebuild x in backward bit for bit. On SmolLM2-135M that is two (tokens x 576) tensors less per layer.
 
 Only the adapter matrices train here: the base weight and bias are constants (LoRA freezes them); callers
@@ -40,8 +40,10 @@ from engine.kernels.ops.frozen_gemm import skinny_product as _skinny
 
 
 def _save(ctx, x: torch.Tensor, *tensors: torch.Tensor) -> None:
-    """save_for_backward(x, *tensors), where x is kept as the norm's parts when it was made by the fast RMSNorm."""
-    kept = normed_parts(x) or (x,)
+    """save_for_backward(x, *tensors), where an fp32 x is kept as the norm's parts when it was made by the fast
+    RMSNorm. A bf16 x is kept as it is: half the memory, and rebuilding it would take a cast more per consumer
+    (SmolLM2-135M, 256-token rows, bf16: 1.05x the step, 50 MB more peak memory)."""
+    kept = (normed_parts(x) if x.dtype == torch.float32 else None) or (x,)
     ctx.kept, ctx.in_shape = len(kept), x.shape
     ctx.save_for_backward(*kept, *tensors)
 
