@@ -260,6 +260,8 @@ STRINGS: dict[str, str] = {
     "reason.dataset_dir": "阶段 1 选择的数据目录",
     "reason.output_dir": "检查点放在 saves/ 下，每次运行一个目录",
     "reason.cpu_precision": "没有 GPU，且此 CPU 没有 bf16 单元：bf16/fp16 训练会慢 10-20 倍；改用 fp32",
+    "reason.cpu_bf16": "此 CPU 有 {units} 单元：LoRA 在这里以 bf16 训练，速度为 fp32 的 1.5-2.1 倍（损失因 bf16 舍入略有不同）；设为 false 则用 fp32",
+    "reason.cpu_fp16": "没有 GPU：CPU 上没有 fp16 训练路径",
     "reason.no_deepspeed": "DeepSpeed 需要多张 GPU；当前只选了一个设备",
     "reason.no_remote_code": "该系列不需要 Hub 上的代码；不执行",
     "reason.demo": "CPU 上的演示模型：小规模运行，损失曲线明显下降",

@@ -89,9 +89,12 @@ def _device_changes(state: WizardState, values: dict) -> list[tuple[str, Any, st
     on_cpu = not state.device or state.device.get("platform") == "cpu"
     units = (state.device or {}).get("bf16_units")
     if on_cpu and values.get("fp16"):
-        changes.append(("fp16", False, t("reason.cpu_precision")))
-    elif on_cpu and values.get("bf16") and not units:
+        changes.append(("fp16", False, t("reason.cpu_fp16") if units else t("reason.cpu_precision")))
+    if on_cpu and values.get("bf16") and not units:
         changes.append(("bf16", False, t("reason.cpu_precision")))
+    elif on_cpu and units and not values.get("bf16") and (state.method or "lora") == "lora":
+        # measured for LoRA, which has fused bf16 paths on a CPU (benchmarks/RESULTS.md); the others: as the example
+        changes.append(("bf16", True, t("reason.cpu_bf16", units=units)))
     multi = bool(state.device) and len(state.device.get("indices", [])) > 1
     if values.get("deepspeed") and not multi:
         changes.append(("deepspeed", None, t("reason.no_deepspeed")))

@@ -148,7 +148,8 @@ def test_gpu_keeps_bf16_and_cpu_turns_it_off(ready, skill, demo_model_dir):
 
 
 def test_a_cpu_with_bf16_units_keeps_bf16(ready, skill):
-    """The device stage records a CPU's bf16 units; the config then keeps the example's bf16: true."""
+    """The device stage records a CPU's bf16 units; the config then keeps the example's bf16: true, and LoRA
+    switches it on where the example has it off (SmolLM2's CPU example), saying why; fp16 is turned off."""
     from engine.devices import DeviceReport
     from engine.models.registry import example_config
     from assistant.wizard.stages import gpu as gpu_stage
@@ -161,6 +162,16 @@ def test_a_cpu_with_bf16_units_keeps_bf16(ready, skill):
     assert amx.device["bf16_units"] == "AMX-BF16" and amx.device["platform"] == "cpu"
     built = build.build_train_config(amx, skill)
     assert "bf16" not in {r.parameter for r in built.diff} and built.config["bf16"] is True
+    fp32_example = amx.replace(family="smollm2", example=str(example_config("smollm2", "lora")))
+    assert build.example_values(fp32_example.example)["bf16"] is False
+    row = {r.parameter: r for r in build.build_train_config(fp32_example, skill).diff}["bf16"]
+    assert row.new is True and "AMX-BF16" in row.reason and "1.5-2.1x" in row.reason
+    full = fp32_example.replace(method="full")  # not measured there: as the example
+    assert build.build_train_config(full, skill).config["bf16"] is False
+    changes = {key: (value, reason) for key, value, reason in build._device_changes(amx, {"fp16": True})}
+    assert changes["fp16"] == (False, "no GPU: a CPU has no fp16 training path") and changes["bf16"][0] is True
+    plain_changes = {key: (value, reason) for key, value, reason in build._device_changes(plain, {"fp16": True})}
+    assert plain_changes["fp16"][0] is False and "no bf16 units" in plain_changes["fp16"][1]
 
 
 def test_small_dataset_advice_proposes_a_fix_that_works(ready, skill, workspace):
