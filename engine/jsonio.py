@@ -74,6 +74,8 @@ def json_problem(exc: ValueError, *, line: bool = True) -> Message:
     code = next((code for start, code in _PARSER_WORDS if said.startswith(start)), "other")
     depth = said.split()[2] if code == "too_deep" else None
     what = Message(f"json.{code}", said, {"depth": depth} if depth else {})
+    if code == "too_deep":  # found by the depth check, not at a place in the text
+        return Message("json.problem", said, {"what": what})
     if line:
         return Message("json.at_line", f"{said} at line {exc.lineno}, column {exc.colno}",
                        {"what": what, "line": exc.lineno, "column": exc.colno})
@@ -142,7 +144,7 @@ def read_record(path: str | Path, fields: dict[str, type | tuple[type, ...]], *,
         raise refused("not_utf8", f"{path} is not UTF-8 text, so not {what}. {fix}") from None
     except json.JSONDecodeError as exc:
         problem = json_problem(exc)
-        raise refused("not_json", f"{path} is not valid JSON ({problem.fields['what'].text}). {fix}",
+        raise refused("not_json", f"{path} is not valid JSON ({problem.text}). {fix}",
                       problem=problem) from None
     if not isinstance(data, dict):
         raise refused("not_object", f"{path} must hold a JSON object, not {kind_words(data)}. {fix}",

@@ -120,7 +120,7 @@ def test_template_guard_covers_every_adapter(tmp_path):
     ({"template": "qwen", "continued_adapter": "SELF"}, "the field 'continued_adapter' names this same folder"),
     (["qwen"], "must hold a JSON object, not a list"),
     ("[" * 100_000 + "]" * 100_000, "is not valid JSON (nested more than 64 levels deep)"),
-    ('{"template": "qwen"', "is not valid JSON (Expecting"),
+    ('{"template": "qwen"', "is not valid JSON (Expecting ',' delimiter at line 1, column 20)"),
 ], ids=["list", "object", "number", "method", "nan", "continued", "continued-self", "top-list", "deep", "cut-short"])
 def test_a_damaged_training_record_is_refused_naming_the_file_and_the_field(record, said, tmp_path):
     """lfa_training.json is read from disk: a wrong type there is a clear refusal, never a TypeError or a template

@@ -46,6 +46,7 @@ def test_import_tune_merge_gguf_and_reload_give_the_same_answer(tmp_path, capsys
     timings["fetch + import"] = time.monotonic() - start
 
     data = tmp_path / "data"
+    data.mkdir()
     fill_placeholders(REPO / "data" / "identity.json", {"name": "Nova", "author": "Acme Labs"},
                       data / "identity_nova.json")
     (data / "dataset_info.json").write_text(json.dumps({"identity_nova": {"file_name": "identity_nova.json"}}))
