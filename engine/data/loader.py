@@ -16,6 +16,7 @@ from engine.data.formats import convert_record, convert_text, require_supported
 from engine.data.mixing import mix
 from engine.data.registry import INFO_FILE, DatasetSpec, dataset_file_path, get_dataset_spec
 from engine.errors import DataError
+from engine.messages import Message
 from engine.readers import short_repr
 
 __all__ = ["convert_record", "load_examples", "load_texts", "read_records", "split_names"]
@@ -38,17 +39,37 @@ def read_records(path: Path) -> list[dict]:
                           f"{message}{more}. Fix it, or run `lf-assistant data check {file}` to list every problem.",
                           path=file, line=line, problem=message, more=others)
         if read.issues:
-            raise DataError(_issues_message(file, read.issues))
+            raise _issues_refusal(file, read.issues)
         records.extend(read.rows)
     return records
 
 
-def _issues_message(file: Path, issues: list) -> str:
-    shown = "\n  ".join(f"{'file' if i.row is None else f'row {i.row}'}{f' (line {i.line})' if i.line else ''}"
-                        f"{f' {i.field!r}' if i.field else ''}: {i.message}" for i in issues[:_ERRORS_SHOWN])
-    more = f"\n  ... and {len(issues) - _ERRORS_SHOWN} more" if len(issues) > _ERRORS_SHOWN else ""
-    return (f"{file} has {len(issues)} problem(s) that training would hide:\n  {shown}{more}\n"
-            f"Fix the file, or run `lf-assistant data check {file}` for the full list.")
+def _issues_refusal(file: Path, issues: list) -> DataError:
+    lines = []
+    for issue in issues[:_ERRORS_SHOWN]:
+        at = {"row": issue.row, "line": issue.line}
+        where = (Message("data.load.file", "file") if issue.row is None and not issue.line else
+                 Message("data.load.file_line", f"file (line {issue.line})", at) if issue.row is None else
+                 Message("data.load.row", f"row {issue.row}", at) if not issue.line else
+                 Message("data.load.row_line", f"row {issue.row} (line {issue.line})", at))
+        field = f" {issue.field!r}" if issue.field else ""
+        lines.append(Message("data.load.issue", f"{where.text}{field}: {issue.message}", {
+            "where": where, "field": field, "problem": issue.coded or issue.message}))
+    return _problems("file_issues", f"{file} has {len(issues)} problem(s) that training would hide:", lines,
+                     len(issues), f"Fix the file, or run `lf-assistant data check {file}` for the full list.",
+                     path=file)
+
+
+def _problems(code: str, head: str, lines: list[Message], count: int, tail: str, **fields) -> DataError:
+    """A refusal that lists the first problems found (``_ERRORS_SHOWN``), the count of the rest, and what to do:
+    one sentence in English, and as ``data.load.<code>`` with the lines as messages of their own."""
+    more = Message("data.load.more", f"\n  ... and {count - _ERRORS_SHOWN} more",
+                   {"count": count - _ERRORS_SHOWN}) if count > _ERRORS_SHOWN else ""
+    shown = "\n  ".join(line.text for line in lines)
+    text = f"{head}\n  {shown}{more.text if more else ''}\n{tail}"
+    values = {key: str(value) if isinstance(value, Path) else value for key, value in fields.items()}
+    return DataError(text, message=Message(f"data.load.{code}", text, {**values, "count": count, "lines": lines,
+                                                                        "more": more}))
 
 
 def _data_files(folder: Path) -> list[Path]:
@@ -151,9 +172,9 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
         try:
             examples.append(convert(records[index], spec, index))
         except DataError as exc:
-            errors.append(str(exc))
+            errors.append((index, exc))
     if errors:
-        raise DataError(_errors_message(spec, path, errors))
+        raise _row_errors_refusal(spec, path, errors)
     return examples
 
 
@@ -199,8 +220,10 @@ def _sample_indices(total: int, num_samples: int | None, seed: int) -> list[int]
     return indices
 
 
-def _errors_message(spec: DatasetSpec, path: Path, errors: list[str]) -> str:
-    shown = "\n  ".join(errors[:_ERRORS_SHOWN])
-    more = f"\n  ... and {len(errors) - _ERRORS_SHOWN} more" if len(errors) > _ERRORS_SHOWN else ""
-    return (f"Dataset {spec.name!r} has {len(errors)} bad row(s):\n  {shown}{more}\n"
-            f"Run `lf-assistant data check {path}` for the full list, and `--fix OUT` to write a repaired copy.")
+def _row_errors_refusal(spec: DatasetSpec, path: Path, errors: list[tuple[int, DataError]]) -> DataError:
+    lines = [Message("data.load.row_error", str(exc), {"name": repr(spec.name), "row": index + 1,
+                                                      "problem": getattr(exc, "detail_message", None) or str(exc)})
+             for index, exc in errors[:_ERRORS_SHOWN]]
+    return _problems("bad_rows", f"Dataset {spec.name!r} has {len(errors)} bad row(s):", lines, len(errors),
+                     f"Run `lf-assistant data check {path}` for the full list, and `--fix OUT` to write a repaired "
+                     "copy.", name=repr(spec.name), path=path)

@@ -890,3 +890,37 @@ def test_a_hub_error_without_a_known_cause_says_what_to_do_in_both_languages(zh,
         said = i18n.t_message(message)
         assert "再次运行同一个下载" in said and "--source modelscope" in said, said
         assert not english_left(said.replace("Client Error: I'm a teapot", "")), said
+
+
+def test_a_datasets_bad_rows_read_in_chinese_in_zh_and_as_before_in_english(zh, tmp_path):
+    """Training refuses a dataset with bad rows listing the first five and the count of the rest; in zh every line
+    reads in Chinese, in English the sentence is the engine's as it always was."""
+    from engine.data.loader import load_examples
+    from engine.errors import DataError
+
+    rows = [{"instruction": f"q{i}", "output": 7} for i in range(7)] + [{"instruction": "ok", "output": "fine"}]
+    (tmp_path / "bad.json").write_text(json.dumps(rows), encoding="utf-8")
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"bad": {"file_name": "bad.json"}}))
+    with pytest.raises(DataError) as refused:
+        load_examples("bad", tmp_path)
+    english = str(refused.value)
+    lines = english.splitlines()
+    assert lines[0] == "Dataset 'bad' has 7 bad row(s):" and len(lines) == 8
+    assert lines[1].startswith("  bad: row 1: ") and lines[6] == "  ... and 2 more"
+    assert lines[7].startswith("Run `lf-assistant data check ")
+    said = i18n.t_error(refused.value)
+    assert said.splitlines()[0] == "数据集 'bad' 有 7行有问题：" and "  'bad' 第1行：" in said
+    assert "……另有 2个" in said and "查看完整列表" in said
+    for line in said.splitlines():
+        assert not english_left(line), (line, english_left(line))
+    # a problem that spans the file (a duplicate key) reads as the file's
+    (tmp_path / "dup.json").write_text('[{"instruction": "a", "instruction": "b", "output": "c"}]')
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"dup": {"file_name": "dup.json"}}))
+    with pytest.raises(DataError) as refused:
+        load_examples("dup", tmp_path)
+    said = i18n.t_error(refused.value)
+    assert "训练时会被掩盖的问题" in said, said
+    for line in said.splitlines():
+        assert not english_left(line), (line, english_left(line))
+    i18n.set_language("en")
+    assert i18n.t_error(refused.value) == str(refused.value)
