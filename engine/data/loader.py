@@ -60,6 +60,12 @@ def _issues_refusal(file: Path, issues: list) -> DataError:
                      path=file)
 
 
+def _dataset_refusal(code: str, text: str, **fields) -> DataError:
+    """A refusal about the datasets of a run rather than one file: ``data.load.<code>`` with its values."""
+    return DataError(text, message=Message(f"data.load.{code}", text, {
+        key: str(value) if isinstance(value, Path) else value for key, value in fields.items()}))
+
+
 def _problems(code: str, head: str, lines: list[Message], count: int, tail: str, **fields) -> DataError:
     """A refusal that lists the first problems found (``_ERRORS_SHOWN``), the count of the rest, and what to do:
     one sentence in English, and as ``data.load.<code>`` with the lines as messages of their own."""
@@ -93,7 +99,7 @@ def split_names(dataset: str | list[str]) -> list[str]:
     raw = dataset.split(",") if isinstance(dataset, str) else [str(name) for name in dataset]
     names = [name.strip() for name in raw if name and name.strip()]
     if not names:
-        raise refusal("none_named", "No dataset named. Set `dataset` to one or more names from dataset_info.json "
+        raise _dataset_refusal("none_named", "No dataset named. Set `dataset` to one or more names from dataset_info.json "
                       "(comma-separated, e.g. identity,alpaca_demo).")
     return names
 
@@ -114,7 +120,7 @@ def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: i
     preference datasets (DPO), ranking=False demands SFT datasets, None accepts either but not a mix.
     """
     if max_samples is not None and max_samples < 1:
-        raise refusal("max_samples", f"max_samples must be at least 1, not {max_samples}.", value=max_samples)
+        raise _dataset_refusal("max_samples", f"max_samples must be at least 1, not {max_samples}.", value=max_samples)
     specs = [get_dataset_spec(name, Path(dataset_dir)) for name in split_names(dataset)]
     _check_ranking(specs, ranking)
     parts = [_load_one(spec, Path(dataset_dir), max_samples, cache_dir=cache_dir, seed=seed) for spec in specs]
@@ -130,7 +136,7 @@ def load_texts(dataset: str | list[str], dataset_dir: Path, *, max_samples: int 
     for name in split_names(dataset):
         spec = get_dataset_spec(name, Path(dataset_dir))
         if spec.ranking:
-            raise refusal("pt_preference", f"Dataset {spec.name!r} is a preference dataset; pre-training reads plain "
+            raise _dataset_refusal("pt_preference", f"Dataset {spec.name!r} is a preference dataset; pre-training reads plain "
                           "text.", name=repr(spec.name))
         parts.append(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text, cache_dir=cache_dir,
                                seed=seed))
@@ -141,13 +147,13 @@ def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
     kinds = {spec.ranking for spec in specs}
     if ranking is None and len(kinds) > 1:
         names = ", ".join(f"{s.name} ({'preference' if s.ranking else 'sft'})" for s in specs)
-        raise refusal("mixed_kinds", f"Cannot mix preference and SFT datasets in one run: {names}.", names=names)
+        raise _dataset_refusal("mixed_kinds", f"Cannot mix preference and SFT datasets in one run: {names}.", names=names)
     for spec in specs:
         if ranking is True and not spec.ranking:
-            raise refusal("not_preference", f"Dataset {spec.name!r} is not a preference dataset (no \"ranking\": "
+            raise _dataset_refusal("not_preference", f"Dataset {spec.name!r} is not a preference dataset (no \"ranking\": "
                           "true). DPO needs chosen/rejected answers, e.g. dpo_demo.", name=repr(spec.name))
         if ranking is False and spec.ranking:
-            raise refusal("is_preference", f"Dataset {spec.name!r} is a preference dataset (\"ranking\": true); SFT "
+            raise _dataset_refusal("is_preference", f"Dataset {spec.name!r} is a preference dataset (\"ranking\": true); SFT "
                           "needs one answer per prompt. Use it with stage: dpo, or pick an SFT dataset.",
                           name=repr(spec.name))
 
@@ -162,7 +168,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
 
         path, records = read_hub_records(spec, dataset_dir, cache_dir)
     if not records:
-        raise refusal("dataset_no_rows", f"Dataset {spec.name!r} ({path}) has no rows.", name=repr(spec.name),
+        raise _dataset_refusal("no_rows", f"Dataset {spec.name!r} ({path}) has no rows.", name=repr(spec.name),
                       path=path)
     indices = _sample_indices(len(records), spec.num_samples, seed)
     if max_samples is not None:

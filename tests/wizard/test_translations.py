@@ -749,8 +749,13 @@ def test_every_data_file_refusal_and_json_problem_has_chinese():
     from engine.jsonio import _PARSER_WORDS
 
     root = Path(__file__).resolve().parents[2] / "engine" / "data"
-    codes = {f"data.file.{code}" for path in root.rglob("*.py")
-             for code in re.findall(r"refusal\(\s*\"(\w+)\"", path.read_text(encoding="utf-8"))}
+    sources = [path.read_text(encoding="utf-8") for path in root.rglob("*.py")]
+    codes = {f"data.file.{code}" for text in sources for code in re.findall(r"(?<!\w)refusal\(\s*\"(\w+)\"", text)}
+    # the loader's refusals about a run's datasets and its lists of problems
+    load = {f"data.load.{code}" for text in sources
+            for code in re.findall(r"(?:_dataset_refusal|_problems)\(\s*\"(\w+)\"", text)}
+    assert len(load) >= 9
+    codes |= load
     codes |= {f"json.{code}" for _, code in _PARSER_WORDS} | {"json.at_line", "json.at_column", "json.problem"}
     assert len(codes) > 25
     assert not {code for code in codes if f"engine.{code}" not in i18n.CATALOGS["zh"]}
