@@ -5,8 +5,13 @@ torch is imported inside the calls, so that `import engine.data` stays fast for 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.data.encode import IGNORE_INDEX
 from engine.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _padded_length(lengths: list[int], multiple: int | None) -> int:

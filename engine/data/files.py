@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.data.rows import SUFFIX_KINDS, FileKind, RowIssue, RowsRead, duplicate_message  # noqa: F401 - this module's readers' types
-from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
+from engine.data.text import MAX_DEPTH, too_deep
 from engine.errors import DataError
 from engine.jsonio import json_problem, write_text_atomic
 from engine.messages import Message
@@ -197,7 +197,6 @@ def _read_json_array(path: Path, text: str) -> RowsRead:
                 line += text.count("\n", counted_to, pos)  # counted incrementally: str.count runs in C
                 counted_to = pos
                 row, end = reader.decode(text, pos)
-                number = len(result.rows) + 1
                 result.add(row, line, reader.duplicates)
                 pos = _skip_space(text, end)
                 if text[pos:pos + 1] == ",":
@@ -266,16 +265,19 @@ def write_rows_atomic(path: Path, rows: list[Any]) -> None:
     elif suffix == ".jsonl":
         write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     else:
-        raise DataError(f"Cannot write {path}: output files are .json or .jsonl. Choose a name with one of those.")
+        raise refusal("out_suffix", f"Cannot write {path}: output files are .json or .jsonl. Choose a name with one "
+                      "of those.", path=path)
 
 
 def refuse_output_path(source: Path, out_path: Path) -> None:
     """A converted copy must be a new file: never the input, never an existing file."""
     if Path(os.path.abspath(out_path)) == Path(os.path.abspath(source)) or (
             out_path.exists() and source.exists() and os.path.samefile(out_path, source)):
-        raise DataError(f"Refusing to write over the input {source}. Give a new file name for the copy.")
+        raise refusal("over_input", f"Refusing to write over the input {source}. Give a new file name for the copy.",
+                      path=source)
     if out_path.exists():
-        raise DataError(f"{out_path} already exists. Give a new file name (the copy never replaces a file).")
+        raise refusal("out_exists", f"{out_path} already exists. Give a new file name (the copy never replaces a "
+                      "file).", path=out_path)
     blocking = next((parent for parent in Path(out_path).parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
         raise refusal("parent_is_file", f"Cannot write {out_path}: {blocking} is a file, not a folder. Give a path "

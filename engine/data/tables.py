@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.data.rows import FileKind, RowIssue, RowsRead
 from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
-from engine.errors import DataError
+from engine.data.files import refusal
 from engine.messages import Message
 
 
@@ -25,7 +25,8 @@ def read_csv(path: Path, text: str) -> RowsRead:
     try:
         header = next((row for row in reader if row), None)
         if header is None:
-            raise DataError(f"{path} has no header row. The first CSV line must name the columns.")
+            raise refusal("no_header", f"{path} has no header row. The first CSV line must name the columns.",
+                          path=path)
         result.issues += _header_issues(header, reader.line_num)
         for cells in reader:
             if not cells:
@@ -35,7 +36,8 @@ def read_csv(path: Path, text: str) -> RowsRead:
             if len(cells) != len(header):
                 result.issues.append(_width_issue(len(result.rows), reader.line_num, header, cells))
     except csv.Error as exc:
-        raise DataError(f"{path}: bad CSV on line {reader.line_num}: {exc}. Fix the quoting there.") from None
+        raise refusal("bad_csv", f"{path}: bad CSV on line {reader.line_num}: {exc}. Fix the quoting there.",
+                      path=path, line=reader.line_num, error=str(exc)) from None
     return result
 
 
@@ -81,13 +83,14 @@ def read_table(path: Path, kind: FileKind) -> RowsRead:
         rows = table.to_pylist()
     except (pa.ArrowException, OSError, UnicodeDecodeError, RecursionError) as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise DataError(f"{path} is not a readable {kind} file ({reason}). Check that the file is complete and has "
-                        "the right suffix.") from None
+        raise refusal("unreadable_table", f"{path} is not a readable {kind} file ({reason}). Check that the file is "
+                      "complete and has the right suffix.", path=path, kind=kind, reason=reason) from None
     result = RowsRead(path, kind, issues=issues)
     for number, row in enumerate(rows, start=1):
         if too_deep(row):
-            raise DataError(f"{path}: row {number} nests lists or structs more than {MAX_DEPTH} levels deep, which "
-                            "no dataset row needs. Fix or remove that row.")
+            raise refusal("table_too_deep", f"{path}: row {number} nests lists or structs more than {MAX_DEPTH} "
+                          "levels deep, which no dataset row needs. Fix or remove that row.", path=path, row=number,
+                          depth=MAX_DEPTH)
         result.add(row, None)
     return result
 
