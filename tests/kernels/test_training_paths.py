@@ -404,3 +404,32 @@ def test_a_bf16_normed_input_is_kept_as_it_is():
     out.float().square().sum().backward()
     assert x.grad.dtype == torch.bfloat16 and a.grad.dtype == b.grad.dtype == torch.float32
     assert a.grad.abs().max() > 0 and b.grad.abs().max() > 0
+
+
+def test_bf16_gradient_checkpointing_recomputes_through_the_fast_paths(make_tiny_model):
+    """Checkpointed layers rerun their forward under the autocast state they were run with: in bf16 the fused
+    functions run again and give the gradients of the run without checkpointing."""
+    from engine.kernels.ops import lora
+
+    batch = PackedCollator()(samples([21, 34, 12]))
+    results, calls = [], []
+    original = lora._LoraLinear.forward
+    lora._LoraLinear.forward = staticmethod(lambda ctx, *a: calls.append(1) or original(ctx, *a))
+    try:
+        for checkpointing in (False, True):
+            model = bf16_lora_model(make_tiny_model, "qwen3")
+            if checkpointing:
+                model.gradient_checkpointing_enable()
+                model.enable_input_require_grads()
+            calls.clear()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss, tokens = causal_lm_loss_sum(model, batch)
+            (loss / tokens).backward()
+            results.append((loss.detach(), grads(model), len(calls)))
+    finally:
+        lora._LoraLinear.forward = staticmethod(original)
+    assert results[0][2] == 2 * 4 and results[1][2] == 2 * 2 * 4  # q, k, v, o per layer; again in backward
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for name, grad in results[0][1].items():
+        assert grad.dtype == torch.float32
+        torch.testing.assert_close(results[1][1][name], grad, atol=1e-6, rtol=1e-3, msg=name)
