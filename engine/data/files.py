@@ -13,18 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.data.rows import SUFFIX_KINDS, FileKind, RowIssue, RowsRead, duplicate_message  # noqa: F401 - this module's readers' types
+from engine.data.rows import refusal
 from engine.data.text import MAX_DEPTH, too_deep
-from engine.errors import DataError
 from engine.jsonio import json_problem, write_text_atomic
 from engine.messages import Message
 
 _SNIFF_BYTES = 8192
-
-def refusal(code: str, text: str, **fields: Any) -> DataError:
-    """A DataError whose sentence also travels as ``data.file.<code>`` with its values (engine.messages)."""
-    return DataError(text, message=Message(f"data.file.{code}", text, {key: str(value) if isinstance(value, Path)
-                                                                       else value for key, value in fields.items()}))
-
 
 class JsonTooDeep(Exception):
     """A JSON value nests deeper than MAX_DEPTH (or than the parser's own recursion limit)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.data.text import escape_control, find_bad_text, replace_bad_text, shorten
+from engine.errors import DataError
 from engine.messages import Message
 
 FileKind = Literal["json", "jsonl", "csv", "parquet", "arrow", "text"]
@@ -80,3 +81,8 @@ def _surrogate_message(text: str, position: int) -> Message:
                    "remove it (shown as \ufffd here).", {"code": code, "at": position + 1, "around": around})
 
 
+def refusal(code: str, text: str, **fields: Any) -> DataError:
+    """A DataError whose sentence also travels as ``data.file.<code>`` with its values (engine.messages): a whole
+    file refused by one of the readers (engine/data/files.py, tables.py) or the loader."""
+    return DataError(text, message=Message(f"data.file.{code}", text, {key: str(value) if isinstance(value, Path)
+                                                                       else value for key, value in fields.items()}))

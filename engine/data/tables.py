@@ -12,9 +12,8 @@ import csv
 import io
 from pathlib import Path
 
-from engine.data.rows import FileKind, RowIssue, RowsRead
+from engine.data.rows import FileKind, RowIssue, RowsRead, refusal
 from engine.data.text import MAX_DEPTH, escape_control, shorten, too_deep
-from engine.data.files import refusal
 from engine.messages import Message
 
 
