@@ -62,8 +62,7 @@ def _issues_refusal(file: Path, issues: list) -> DataError:
 
 def _dataset_refusal(code: str, text: str, **fields) -> DataError:
     """A refusal about the datasets of a run rather than one file: ``data.load.<code>`` with its values."""
-    return DataError(text, message=Message(f"data.load.{code}", text, {
-        key: str(value) if isinstance(value, Path) else value for key, value in fields.items()}))
+    return refusal(code, text, scope="data.load", **fields)
 
 
 def _problems(code: str, head: str, lines: list[Message], count: int, tail: str, **fields) -> DataError:
@@ -73,9 +72,7 @@ def _problems(code: str, head: str, lines: list[Message], count: int, tail: str,
                    {"count": count - _ERRORS_SHOWN}) if count > _ERRORS_SHOWN else ""
     shown = "\n  ".join(line.text for line in lines)
     text = f"{head}\n  {shown}{more.text if more else ''}\n{tail}"
-    values = {key: str(value) if isinstance(value, Path) else value for key, value in fields.items()}
-    return DataError(text, message=Message(f"data.load.{code}", text, {**values, "count": count, "lines": lines,
-                                                                        "more": more}))
+    return _dataset_refusal(code, text, **fields, count=count, lines=lines, more=more)
 
 
 def _data_files(folder: Path) -> list[Path]:

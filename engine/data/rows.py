@@ -81,8 +81,9 @@ def _surrogate_message(text: str, position: int) -> Message:
                    "remove it (shown as \ufffd here).", {"code": code, "at": position + 1, "around": around})
 
 
-def refusal(code: str, text: str, **fields: Any) -> DataError:
-    """A DataError whose sentence also travels as ``data.file.<code>`` with its values (engine.messages): a whole
-    file refused by one of the readers (engine/data/files.py, tables.py) or the loader."""
-    return DataError(text, message=Message(f"data.file.{code}", text, {key: str(value) if isinstance(value, Path)
-                                                                       else value for key, value in fields.items()}))
+def refusal(code: str, text: str, *, scope: str = "data.file", **fields: Any) -> DataError:
+    """A DataError whose sentence also travels as ``<scope>.<code>`` with its values (engine.messages): by default
+    a whole file refused by one of the readers (engine/data/files.py, tables.py) or the loader; ``data.load`` for
+    the loader's refusals about a run's datasets."""
+    return DataError(text, message=Message(f"{scope}.{code}", text, {key: str(value) if isinstance(value, Path)
+                                                                     else value for key, value in fields.items()}))
