@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test test-all setup setup-dev demo clean browser-deps
+.PHONY: run test test-quick test-all setup setup-dev demo clean browser-deps
 
 $(BIN)/python:
 	@echo "==> Creating $(VENV) (first run only; the whole set-up takes a few minutes)"
@@ -41,12 +41,15 @@ run: setup
 demo: setup
 	$(BIN)/lf-assistant train examples/demo/tiny_lora_sft.yaml
 
+# Everything, the tests marked slow included (about 3 minutes more on 2 CPU cores): what CI runs.
 test: setup-dev
+	$(BIN)/python -m pytest -q
+
+# Without the tests marked slow, while working.
+test-quick: setup-dev
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# Everything, including tests marked slow (minutes on 2 CPU cores).
-test-all: setup-dev
-	$(BIN)/python -m pytest -q
+test-all: test
 
 # Debian's Chromium for the browser test (tests/web/test_browser.py drives it through Playwright; nothing is
 # downloaded by Playwright itself). Without it that test is skipped.
