@@ -96,8 +96,8 @@ def split_names(dataset: str | list[str]) -> list[str]:
     raw = dataset.split(",") if isinstance(dataset, str) else [str(name) for name in dataset]
     names = [name.strip() for name in raw if name and name.strip()]
     if not names:
-        raise _dataset_refusal("none_named", "No dataset named. Set `dataset` to one or more names from dataset_info.json "
-                      "(comma-separated, e.g. identity,alpaca_demo).")
+        raise _dataset_refusal("none_named", "No dataset named. Set `dataset` to one or more names from "
+                               "dataset_info.json (comma-separated, e.g. identity,alpaca_demo).")
     return names
 
 
@@ -117,7 +117,8 @@ def load_examples(dataset: str | list[str], dataset_dir: Path, *, max_samples: i
     preference datasets (DPO), ranking=False demands SFT datasets, None accepts either but not a mix.
     """
     if max_samples is not None and max_samples < 1:
-        raise _dataset_refusal("max_samples", f"max_samples must be at least 1, not {max_samples}.", value=max_samples)
+        raise _dataset_refusal("max_samples", f"max_samples must be at least 1, not {max_samples}.",
+                               value=max_samples)
     specs = [get_dataset_spec(name, Path(dataset_dir)) for name in split_names(dataset)]
     _check_ranking(specs, ranking)
     parts = [_load_one(spec, Path(dataset_dir), max_samples, cache_dir=cache_dir, seed=seed) for spec in specs]
@@ -133,8 +134,8 @@ def load_texts(dataset: str | list[str], dataset_dir: Path, *, max_samples: int 
     for name in split_names(dataset):
         spec = get_dataset_spec(name, Path(dataset_dir))
         if spec.ranking:
-            raise _dataset_refusal("pt_preference", f"Dataset {spec.name!r} is a preference dataset; pre-training reads plain "
-                          "text.", name=repr(spec.name))
+            raise _dataset_refusal("pt_preference", f"Dataset {spec.name!r} is a preference dataset; pre-training "
+                                   "reads plain text.", name=repr(spec.name))
         parts.append(_load_one(spec, Path(dataset_dir), max_samples, convert=convert_text, cache_dir=cache_dir,
                                seed=seed))
     return mix(parts, mix_strategy, interleave_probs, seed)
@@ -144,15 +145,17 @@ def _check_ranking(specs: list[DatasetSpec], ranking: bool | None) -> None:
     kinds = {spec.ranking for spec in specs}
     if ranking is None and len(kinds) > 1:
         names = ", ".join(f"{s.name} ({'preference' if s.ranking else 'sft'})" for s in specs)
-        raise _dataset_refusal("mixed_kinds", f"Cannot mix preference and SFT datasets in one run: {names}.", names=names)
+        raise _dataset_refusal("mixed_kinds", f"Cannot mix preference and SFT datasets in one run: {names}.",
+                               names=names)
     for spec in specs:
         if ranking is True and not spec.ranking:
-            raise _dataset_refusal("not_preference", f"Dataset {spec.name!r} is not a preference dataset (no \"ranking\": "
-                          "true). DPO needs chosen/rejected answers, e.g. dpo_demo.", name=repr(spec.name))
+            raise _dataset_refusal("not_preference", f"Dataset {spec.name!r} is not a preference dataset (no "
+                                   "\"ranking\": true). DPO needs chosen/rejected answers, e.g. dpo_demo.",
+                                   name=repr(spec.name))
         if ranking is False and spec.ranking:
-            raise _dataset_refusal("is_preference", f"Dataset {spec.name!r} is a preference dataset (\"ranking\": true); SFT "
-                          "needs one answer per prompt. Use it with stage: dpo, or pick an SFT dataset.",
-                          name=repr(spec.name))
+            raise _dataset_refusal("is_preference", f"Dataset {spec.name!r} is a preference dataset (\"ranking\": "
+                                   "true); SFT needs one answer per prompt. Use it with stage: dpo, or pick an SFT "
+                                   "dataset.", name=repr(spec.name))
 
 
 def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, convert=convert_record, seed: int = 42,
@@ -166,7 +169,7 @@ def _load_one(spec: DatasetSpec, dataset_dir: Path, max_samples: int | None, con
         path, records = read_hub_records(spec, dataset_dir, cache_dir)
     if not records:
         raise _dataset_refusal("no_rows", f"Dataset {spec.name!r} ({path}) has no rows.", name=repr(spec.name),
-                      path=path)
+                               path=path)
     indices = _sample_indices(len(records), spec.num_samples, seed)
     if max_samples is not None:
         indices = indices[:max_samples]

@@ -131,8 +131,9 @@ def test_the_layer_list_is_the_one_as_long_as_the_model_is_deep():
     assert layer_pattern(names).pattern == r"^model\.language_model\.layers\.(\d+)\."  # no count: not the tower
     assert layer_pattern(["embed.weight", "head.weight"], 2) is None
     # a tower as deep as the decoder, with more names: still the decoder
-    deep = [f"model.vision_tower.encoder.layers.{i}.{p}" for i in range(2) for p in ("q.weight", "k.weight", "v.weight")]
-    deep += [f"model.audio_tower.layers.{i}.{p}" for i in range(2) for p in ("q.weight", "k.weight", "v.weight")]
+    projections = ("q.weight", "k.weight", "v.weight")
+    deep = [f"model.vision_tower.encoder.layers.{i}.{p}" for i in range(2) for p in projections]
+    deep += [f"model.audio_tower.layers.{i}.{p}" for i in range(2) for p in projections]
     assert layer_pattern(deep + names, 2).pattern == r"^model\.language_model\.layers\.(\d+)\."
     assert layer_pattern(deep, 2).pattern == r"^model\.vision_tower\.encoder\.layers\.(\d+)\."  # nothing else
 

@@ -321,7 +321,8 @@ def test_bf16_autocast_takes_the_fast_paths_and_stays_as_close_to_fp32_as_stock(
     originals = {f: f.forward for f in (lora._LoraLinear, lora._LoraSwiGLU, eager_fused._RMSNorm, eager_fused._Rope)}
     try:
         for function, run in originals.items():
-            function.forward = staticmethod(lambda ctx, *a, _run=run, _n=function.__name__: calls.add(_n) or _run(ctx, *a))
+            function.forward = staticmethod(
+                lambda ctx, *a, _run=run, _n=function.__name__: calls.add(_n) or _run(ctx, *a))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             losses["fast"], _ = causal_lm_loss_sum(fast, batch)
     finally:
