@@ -5,7 +5,7 @@
 #   benchmarks/gpu_suite.sh [RESULTS_FILE]          # default: gpu_suite_<date>.txt in the current folder
 #
 #   1. the GPU kernel tests (tests/kernels/test_gpu.py: every Triton kernel vs its reference, fp32 and bf16)
-#   2. the kernel benchmark (benchmarks/kernels.py: each kernel vs eager and torch.compile, time and memory)
+#   2. the kernel benchmark (benchmarks/kernel_bench.py: each kernel vs eager and torch.compile, time and memory)
 #   3. SFT throughput in bf16 on the tiny demo model and on a real one (SmolLM2-135M-Instruct), our engine
 #      (stock modules, then kernel_config: auto) against HF Trainer + peft, with the MFU: model FLOP/s over the
 #      GPU's bf16 matmul peak measured in the same run (benchmarks/sft_throughput.py, benchmarks/flops.py); on
@@ -59,7 +59,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, output and exit
 } >"$OUT" 2>&1
 
 step "kernel tests" 100 "$PY" -m pytest tests/kernels/test_gpu.py -q -p no:cacheprovider
-step "kernel benchmark" 100 "$PY" benchmarks/kernels.py "${KERNEL_BENCH[@]}" --repeats 3
+step "kernel benchmark" 100 "$PY" benchmarks/kernel_bench.py "${KERNEL_BENCH[@]}" --repeats 3
 step "SFT throughput, tiny model" 100 "$PY" benchmarks/sft_throughput.py --model lf-tiny-qwen3 "${DEVICE[@]}" \
     --steps "$TINY_STEPS" --repeats "$REPEATS" --kernels auto
 step "SFT throughput, $REAL" 170 "$PY" benchmarks/sft_throughput.py --model "$REAL" "${DEVICE[@]}" \

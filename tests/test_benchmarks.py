@@ -66,3 +66,13 @@ def test_cpu_bf16_compares_or_says_why_it_cannot():
         ratio(done.stdout, "bf16 vs fp32")
     else:  # a CPU without bf16 units has nothing to compare, and says so
         assert done.returncode != 0 and "no bf16 units" in done.stderr
+
+
+def test_no_benchmark_module_shadows_an_installed_one():
+    """The scripts put benchmarks/ first on sys.path, so a script named like an installed module hides it from
+    every library that imports it (transformers imports the hub's ``kernels`` package when installed)."""
+    import importlib.util
+
+    clashes = {path.stem: spec.origin for path in (REPO / "benchmarks").glob("*.py")
+               if (spec := importlib.util.find_spec(path.stem)) is not None and Path(spec.origin).parent != path.parent}
+    assert not clashes, clashes

@@ -1,4 +1,4 @@
-"""Peak memory and time of a callable, on CPU and on CUDA, for the kernel tests and `benchmarks/kernels.py`.
+"""Peak memory and time of a callable, on CPU and on CUDA, for the kernel tests and `benchmarks/kernel_bench.py`.
 
 CPU peak memory: tracemalloc does not see torch's allocator and RSS is blurred by the allocator keeping freed
 pages, so the peak is rebuilt from the torch profiler's allocation events ([memory] events, +bytes on allocation,

@@ -1,8 +1,8 @@
 """Kernels vs their torch references: time and peak memory of forward + backward, printed as ratios.
 
-    python benchmarks/kernels.py                 # CPU: chunked linear CE memory ratio, chunked gated delta rule
-    python benchmarks/kernels.py --compile       # also torch.compile of the eager references (slow to compile)
-    python benchmarks/kernels.py --smoke         # every GPU-section case at tiny sizes on CPU (TRITON_INTERPRET=1)
+    python benchmarks/kernel_bench.py                 # CPU: chunked linear CE memory ratio, chunked gated delta rule
+    python benchmarks/kernel_bench.py --compile       # also torch.compile of the eager references (slow to compile)
+    python benchmarks/kernel_bench.py --smoke         # every GPU-section case at tiny sizes on CPU (TRITON_INTERPRET=1)
 
 On a CUDA/ROCm machine the GPU section runs as well: each Triton kernel vs eager (and torch.compile) in bf16 at
 LLM sizes, with achieved memory bandwidth for the memory-bound ops. Ratios are variant / eager: < 1 is better.
