@@ -1,4 +1,4 @@
-"""`lf-assistant data check|preview`: find every problem in a dataset file; see what training will learn.
+"""`lf-assistant data check|preview|list|templates|add|download`: find every problem in a dataset file; see what training will learn.
 
 Engine pieces are imported inside the commands: importing this module must not import torch.
 """
@@ -225,6 +225,37 @@ def list_datasets(
     print_table(console, columns, [[safe(r.name), safe(r.formatting), "yes" if r.ranking else "no",
                                     "[green]yes[/]" if r.available else "[dim]no[/]", safe(r.note)] for r in rows],
                 title=f"{safe(folder)}/dataset_info.json")
+
+
+@app.command("templates")
+@fail_on_engine_error
+def templates(
+    pattern: Optional[str] = typer.Argument(None, help="Only templates whose name contains this text.",
+                                            show_default=False),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """The chat templates `template:` takes (LLaMA-Factory's names), or `auto` for the model's own."""
+    from rich.console import Console
+
+    from engine.data.templates import TEMPLATES
+
+    from assistant.cli.tables import Column, print_table
+
+    chosen = [t for name, t in TEMPLATES.items() if pattern is None or pattern.lower() in name.lower()]
+    if json_out:
+        from assistant.cli.jsonout import document, emit
+
+        emit(document("data templates", {"templates": [document("TEMPLATE", vars(t)) for t in chosen]}))
+        return
+    console = Console(highlight=False)
+    if not chosen:
+        console.print(f"No template name contains {safe(pattern)!r}; `lf-assistant data templates` lists all.")
+        raise typer.Exit(1)
+    columns = [Column("template"), Column("reasoning", drop=1), Column("tool format", drop=1),
+               Column("default system prompt", wrap=True, min_width=16)]
+    print_table(console, columns, [[safe(t.name), "yes" if t.reasoning else "", safe(t.tool_format),
+                                    safe(t.default_system.strip())] for t in chosen],
+                title=f"{len(chosen)} chat templates; template: auto uses the model's own")
 
 
 @app.command("add")

@@ -180,6 +180,17 @@ DATA_LIST = _fields(
     ("datasets", "array of DATASET", "Every entry of dataset_info.json, in file order."),
 )
 
+TEMPLATE = _fields(
+    ("name", "string", "The name to put in `template:`."),
+    ("reasoning", "boolean", "A reasoning template (enable_thinking and preserve_thinking apply)."),
+    ("tool_format", "string", "How tool calls and tool descriptions are written (tool_format: replaces it)."),
+    ("default_system", "string", "The system prompt used when a sample has none (default_system: replaces it)."),
+)
+
+DATA_TEMPLATES = _fields(
+    ("templates", "array of TEMPLATE", "Every template whose name contains PATTERN (all without one), by name."),
+)
+
 DATA_PREVIEW = _fields(
     ("template", "string", "The chat template the samples were rendered with."),
     ("dataset_dir", "string", "Where the data was read from."),
@@ -222,6 +233,8 @@ DOCUMENTS: dict[str, tuple[str, tuple[Field, ...]]] = {
     "PROBLEM": ("One problem in `data check`.", PROBLEM),
     "data list": ("`lf-assistant data list [--dataset-dir DIR] [--pairs] --json`.", DATA_LIST),
     "DATASET": ("One entry in `data list`.", DATASET),
+    "data templates": ("`lf-assistant data templates [PATTERN] --json`.", DATA_TEMPLATES),
+    "TEMPLATE": ("One chat template in `data templates`.", TEMPLATE),
     "data preview": ("`lf-assistant data preview CONFIG [key=value ...] --json`.", DATA_PREVIEW),
     "train --check": ("`lf-assistant train CONFIG [key=value ...] --check --json` (exit 2 when there are "
                       "problems; the document lists them).", TRAIN_CHECK),

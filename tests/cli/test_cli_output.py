@@ -180,6 +180,25 @@ def test_data_list_and_add_register_a_copy(tmp_path):
     assert_fits(invoke("data", "list", "--dataset-dir", tmp_path / "data").output, ["sharegpt_demo", "mine"])
 
 
+def test_data_templates_lists_the_names_template_takes_and_a_typo_points_there():
+    from engine.data.templates import TEMPLATES, get_template
+    from engine.errors import DataError
+
+    listed = json.loads(invoke("data", "templates", "--json").output)["templates"]
+    assert [t["name"] for t in listed] == list(TEMPLATES) and len(listed) > 50
+    assert {"name": "qwen3", "reasoning": True}.items() <= next(t for t in listed if t["name"] == "qwen3").items()
+    shown = invoke("data", "templates", "llama")
+    assert shown.exit_code == 0
+    assert_fits(shown.output, ["llama3", "llama2"])
+    assert "qwen3" not in shown.output
+    assert invoke("data", "templates", "no-such-family").exit_code == 1
+    with pytest.raises(DataError) as refused:
+        get_template("lama3")
+    message = str(refused.value)
+    assert "Did you mean llama3" in message and "lf-assistant data templates" in message
+    assert "qwen3_nothink" not in message  # the whole list stays in the command, not in every refusal
+
+
 def test_json_reference_is_generated_from_the_declarations():
     assert (REPO / "docs" / "cli-json.md").read_text() == jsonout.render_doc()
 

@@ -54,7 +54,8 @@ def get_template(name: str | None, tokenizer=None, *, default_system: str | None
                             "model and its template (e.g. qwen3, llama3, gemma3).")
         close = difflib.get_close_matches(name, [*TEMPLATES, *MULTIMODAL_TEMPLATES], n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(close)}?" if close else ""
-        raise DataError(f"Unknown template {name!r}.{hint} Valid templates: auto, {', '.join(TEMPLATES)}.")
+        raise DataError(f"Unknown template {name!r}.{hint} `lf-assistant data templates` lists all "
+                        f"{len(TEMPLATES)}; template: auto uses the model's own chat template.")
     if tool_format is not None:
         check_tool_format(tool_format)
     template = template.with_settings(default_system=default_system, enable_thinking=enable_thinking,
