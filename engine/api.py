@@ -322,9 +322,11 @@ def plan_launch(run_dir: str | Path, stage: str = "sft", **options):
 
 
 def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = True,
-           env: dict[str, str] | None = None, checkpoint: str | int | None = None) -> RunHandle:
+           env: dict[str, str] | None = None, checkpoint: str | int | None = None,
+           on_log: Callable[[dict], None] | None = None) -> RunHandle:
     """Continue a failed or stopped run from its newest complete checkpoint (or ``checkpoint``: N or
-    checkpoint-N of its output_dir, e.g. when the newest is damaged), in the same run folder."""
+    checkpoint-N of its output_dir, e.g. when the newest is damaged), in the same run folder. Without
+    ``detach`` it trains here, ``on_log`` seeing each log row as in ``train``."""
     run = find_run(run_id, runs_dir, prefix=False)
     status = run.read_status()
     if status.state == RunState.COMPLETED:
@@ -357,7 +359,7 @@ def resume(run_id: str, *, runs_dir: str | Path | None = None, detach: bool = Tr
         raise
     if detach:
         return RunHandle(run, launch_detached(run, status.stage, env=env, locks=locks))
-    _train_here(load_config(config_path), run, locks, None)
+    _train_here(load_config(config_path), run, locks, on_log)
     return RunHandle(run, None)
 
 

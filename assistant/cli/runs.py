@@ -197,7 +197,7 @@ def stop(run_id: str = typer.Argument(..., help="Run id (the whole id: no prefix
 @fail_on_engine_error
 def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or stopped run (the whole id)."),
                  runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
-                 detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default)."),
+                 detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default), or here with a progress bar."),
                  checkpoint: Optional[str] = typer.Option(
                      None, "--checkpoint", metavar="N",
                      help="Continue from checkpoint-N of the run's output_dir instead of the newest (e.g. when the "
@@ -206,6 +206,16 @@ def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or s
     import engine
     from assistant.command import run_command
 
-    handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=detach, checkpoint=checkpoint)
+    if not detach:
+        from rich.console import Console
+
+        from assistant.cli.train import report_end, run_with_progress
+
+        console = Console(highlight=False)
+        handle = run_with_progress(console, lambda on_log: engine.resume(
+            lookup_name(run_id), runs_dir=runs_dir, detach=False, checkpoint=checkpoint, on_log=on_log))
+        report_end(handle, console, json_out=False)
+        return
+    handle = engine.resume(lookup_name(run_id), runs_dir=runs_dir, detach=True, checkpoint=checkpoint)
     typer.echo(f"resumed {plain(handle.run_id)}; follow with: "
                f"{plain(run_command('status', handle.run_id, runs_dir, '--follow'))}")

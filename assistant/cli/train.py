@@ -276,14 +276,52 @@ def _emit_status(handle) -> None:
 
 
 def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: bool) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
-
     import engine
 
+    handle = run_with_progress(console, lambda on_log: engine.train(
+        cfg, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, on_log=on_log), quiet=json_out)
+    report_end(handle, console, json_out=json_out)
+
+
+class _RunClock:
+    """The bar's elapsed time and ETA as the run counts them: elapsed over every attempt (a resumed run goes on
+    from the interrupted one's; model loading before the first step is not training), the ETA at this attempt's
+    pace. Both come with each logged row and tick on between rows."""
+
+    def __init__(self) -> None:
+        self.elapsed_s: float | None = None
+        self.eta_s: float | None = None
+        self.at = 0.0
+
+    def update(self, row: dict) -> None:
+        import time
+
+        self.elapsed_s, self.eta_s, self.at = row.get("elapsed_s"), row.get("eta_s"), time.monotonic()
+
+    def text(self) -> str:
+        import time
+
+        since = time.monotonic() - self.at
+        elapsed = None if self.elapsed_s is None else self.elapsed_s + since
+        eta = None if self.eta_s is None else max(self.eta_s - since, 0.0)
+        return f"{fmt_duration(elapsed)} elapsed, ETA {fmt_duration(eta)}"
+
+
+def run_with_progress(console, start, *, quiet: bool = False):
+    """``start(on_log)`` trains in this process; meanwhile a bar shows step/total, the loss, and the run's own
+    elapsed time and ETA, with the run's messages above it. Returns what ``start`` returns (the run's handle)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+    from rich.text import Text
+
+    clock = _RunClock()
+
+    class ClockColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(clock.text(), style="progress.elapsed")
+
     progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=console, transient=False, disable=json_out)
+                        TextColumn("loss {task.fields[loss]}"), ClockColumn(), console=console, transient=False,
+                        disable=quiet)
     task = progress.add_task("train", total=None, loss="-")
     shown = []  # the bar appears with the run's first line: a config refused before that draws no empty bar
 
@@ -292,6 +330,7 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: b
             progress.start()
             shown.append(True)
         if "step" in row and "loss" in row:
+            clock.update(row)
             progress.update(task, completed=row["step"], total=row["total_steps"], loss=f"{row['loss']:.4f}")
         elif "eval_loss" in row:
             progress.console.print(f"  step {row['step']}: eval loss {row['eval_loss']:.4f}")
@@ -299,10 +338,15 @@ def _train_with_progress(cfg, console, *, runs_dir, run_id, run_dir, json_out: b
             progress.console.print(f"[dim]{safe(row['message'])}[/]")
 
     try:
-        handle = engine.train(cfg, runs_dir=runs_dir, run_id=run_id, run_dir=run_dir, on_log=on_log)
+        return start(on_log)
     finally:
         if shown:
             progress.stop()
+
+
+def report_end(handle, console, *, json_out: bool) -> None:
+    """How a run trained in this process ended: its state, steps, time, final loss and folders (exit 1 unless it
+    completed), or its status document with --json."""
     status = handle.status()
     if json_out:
         _emit_status(handle)

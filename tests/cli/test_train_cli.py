@@ -135,3 +135,47 @@ def test_check_finds_a_dataset_that_would_train_no_token_before_loading_a_model(
     trained = invoke("train", path, "--runs-dir", tmp_path / "runs")  # the same sentence as training stops with
     assert trained.exit_code != 0 and "No sample has a trained token after encoding" in trained.output
     assert invoke("train", path, "cutoff_len=2048", "--check").exit_code == 0  # room for the answers: fine
+
+
+def test_resume_train_here_shows_the_bar_from_the_runs_own_step_and_time(demo_model_dir, tmp_path):
+    """A stopped run continued with --here: the bar starts at the checkpoint's step, not 0, and the run ends."""
+    import engine
+    from engine.training.loop import StopFlag
+
+    class StopAfterThree(StopFlag):
+        checks = 0
+
+        @property
+        def requested(self) -> bool:  # read once per step, after the step
+            self.checks += 1
+            return self.checks >= 3
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            pass
+
+    config = engine.load_config({
+        "model_name_or_path": str(demo_model_dir), "dataset": "identity", "dataset_dir": str(REPO / "data"),
+        "template": "qwen", "cutoff_len": 64, "max_samples": 32, "per_device_train_batch_size": 4, "max_steps": 6,
+        "logging_steps": 1, "save_steps": 100, "output_dir": str(tmp_path / "out")})
+    handle = engine.train(config, runs_dir=tmp_path / "runs", stop=StopAfterThree())
+    assert handle.status().state == "stopped" and handle.status().step == 3
+    result = invoke("resume-train", handle.run_id, "--runs-dir", tmp_path / "runs", "--here")
+    assert result.exit_code == 0, result.output
+    assert "6/6" in result.output and "elapsed, ETA" in result.output and "completed: 6 steps" in result.output
+    assert "0/6" not in result.output and "follow with" not in result.output
+
+
+def test_the_bar_clock_shows_the_runs_elapsed_time_and_ticks_between_rows(monkeypatch):
+    from assistant.cli import train as train_cli
+
+    now = [100.0]
+    monkeypatch.setattr("time.monotonic", lambda: now[0])
+    clock = train_cli._RunClock()
+    assert clock.text() == "- elapsed, ETA -"  # before the first logged step
+    clock.update({"elapsed_s": 3600.0, "eta_s": 60.0})  # an earlier attempt's hour counts
+    assert clock.text() == "1:00:00 elapsed, ETA 1:00"
+    now[0] += 30
+    assert clock.text() == "1:00:30 elapsed, ETA 0:30"
+    now[0] += 90
+    assert clock.text() == "1:02:00 elapsed, ETA 0:00"  # late: never a negative ETA
