@@ -29,11 +29,14 @@ _current = "en"
 # is joined only where Chinese text follows it: an English sentence of the engine's inside stays as it wrote it.
 _NUMBER_AND_UNIT = re.compile(r"(?<=\d) (?=(?:行|列|号|个|步|秒|条|轮|次|对|倍|项|层|张|位|分钟|小时|线程)|"
                               r"(?:[KMGT]i?B|token/s)(?:[^\x00-\x7f]|$))|(?<=第) (?=\d)")
+# A nested sentence that ends with its own full stop, inside a sentence that ends with one too: keep one mark.
+_DOUBLE_STOP = re.compile(r"(?<=[。？！])。")
 
 
 def _set_type(text: str) -> str:
-    """`text` as the current language writes it: in Chinese, numbers kept with their units."""
-    return _NUMBER_AND_UNIT.sub("", text) if _current == "zh" else text
+    """`text` as the current language writes it: in Chinese, numbers kept with their units, and one full stop
+    where a nested sentence's own met the outer one's."""
+    return _DOUBLE_STOP.sub("", _NUMBER_AND_UNIT.sub("", text)) if _current == "zh" else text
 
 
 def normalize(lang: str | None) -> str | None:

@@ -929,3 +929,17 @@ def test_a_datasets_bad_rows_read_in_chinese_in_zh_and_as_before_in_english(zh, 
         assert not english_left(line), (line, english_left(line))
     i18n.set_language("en")
     assert i18n.t_error(refused.value) == str(refused.value)
+
+
+def test_a_damaged_local_model_is_described_in_chinese_with_one_full_stop(zh, demo_model_dir, tmp_path):
+    import shutil
+
+    from engine.models.resolve import resolve_model
+    from assistant.wizard.stages.model import warning_words
+
+    folder = tmp_path / "model"
+    shutil.copytree(demo_model_dir, folder)
+    (folder / "config.json").write_text('{"model_type": "qwen3", ')  # cut short
+    words = " ".join(warning_words(resolve_model(str(folder))))
+    assert "不可用" in words and "第1行第25列" in words and "config.json" in words, words
+    assert "。。" not in words and not english_left(words), words
