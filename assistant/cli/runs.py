@@ -197,7 +197,9 @@ def stop(run_id: str = typer.Argument(..., help="Run id (the whole id: no prefix
 @fail_on_engine_error
 def resume_train(run_id: str = typer.Argument(..., help="Run id of a failed or stopped run (the whole id)."),
                  runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
-                 detach: bool = typer.Option(True, "--detach/--here", help="Continue in the background (default), or here with a progress bar."),
+                 detach: bool = typer.Option(
+                     True, "--detach/--here",
+                     help="Continue in the background (default), or here with a progress bar."),
                  checkpoint: Optional[str] = typer.Option(
                      None, "--checkpoint", metavar="N",
                      help="Continue from checkpoint-N of the run's output_dir instead of the newest (e.g. when the "
